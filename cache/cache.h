@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The kvfs cache engine: namespaces, the block index, the tiers, the policy
+ * and the background threads (write-back, policy/counter flusher).  fs/
+ * calls only this header; it never touches tiers or metadata directly.
+ *
+ * Lifecycle of a block:
+ *   pending   created by kvfs_cache_create(), filled by kvfs_cache_write(),
+ *             invisible to other lookups;
+ *   committed kvfs_cache_commit() validated it and placed it in DRAM (or, if
+ *             larger than the DRAM tier, straight on the SSD); immutable;
+ *   persisted the write-back thread wrote it to the SSD data file, synced,
+ *             then committed its LMDB record: it survives a crash;
+ *   deleted   unlinked or evicted from the SSD; freed with its last ref.
+ *
+ * Locking (outermost first): c->meta_lock, b->io_lock, c->policy_lock,
+ * index shard locks and ns->lock, b->lock.  The read path of a DRAM-resident
+ * block takes no lock at all: it counts itself in b->readers and loads the
+ * buffer pointer; eviction publishes NULL first and then checks readers.
+ *
+ * Every function returns 0 or -errno unless stated otherwise.
+ */
+#ifndef KVFS_CACHE_CACHE_H
+#define KVFS_CACHE_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "meta/fmt.h"
+#include "fs/conf.h"
+
+/* Fixed inode numbers of the mount. */
+enum kvfs_ino {
+	KVFS_INO_ROOT = 1,
+	KVFS_INO_CTLDIR = 2, /* .kvfs */
+	KVFS_INO_STATS = 3,  /* .kvfs/stats */
+	KVFS_INO_CTL = 4,    /* .kvfs/ctl (control file issue) */
+	KVFS_INO_NS_BASE = 16,        /* namespace dirs: base + ns id */
+	KVFS_INO_BLOCK_BASE = 1 << 20, /* blocks and pending files */
+};
+
+struct kvfs_cache;
+struct kvfs_ns;
+struct kvfs_block;
+struct kvfs_pending;
+
+enum kvfs_cache_flags {
+	/* Skip fsync of data and metadata (benchmarks only, never a mount). */
+	KVFS_CACHE_NOSYNC = 1 << 0,
+	/* No background threads: tests drive write-back by hand. */
+	KVFS_CACHE_NOTHREADS = 1 << 1,
+};
+
+/*
+ * kvfs_cache_open() - open the store at @dir with @conf and start the engine.
+ * Reconciles the config's namespaces with the stored ones (a changed
+ * geometry is refused with -EINVAL naming the namespace and the field),
+ * rebuilds the block index from LMDB, reconciles the SSD free map, builds
+ * the tiers and the policy, and starts the background threads.
+ * Errors: whatever the store, config or policy report; each is logged.
+ */
+int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
+		    unsigned flags, struct kvfs_cache **out);
+/* Persist every committed block, flush counters, stop threads, close the
+ * store and free. NULL is a no-op. Returns nothing: failures are logged.
+ */
+void kvfs_cache_free(struct kvfs_cache *c);
+
+/* ---- namespaces (immutable after open; no locking needed) ---- */
+size_t kvfs_cache_ns_count(const struct kvfs_cache *c);
+struct kvfs_ns *kvfs_cache_ns_at(struct kvfs_cache *c, size_t i);
+struct kvfs_ns *kvfs_cache_ns_by_name(struct kvfs_cache *c, const char *name);
+struct kvfs_ns *kvfs_cache_ns_by_ino(struct kvfs_cache *c, uint64_t ino);
+const char *kvfs_ns_name(const struct kvfs_ns *ns);
+uint64_t kvfs_ns_ino(const struct kvfs_ns *ns);
+const struct kvfs_geom *kvfs_ns_geom(const struct kvfs_ns *ns);
+const uint8_t *kvfs_ns_root(const struct kvfs_ns *ns);
+/* Committed blocks in the namespace. */
+uint64_t kvfs_ns_nblocks(const struct kvfs_ns *ns);
+
+/*
+ * kvfs_ns_list() - call @fn for committed blocks of @ns whose inode is
+ * greater than @after, in inode order, until @fn returns nonzero.
+ * Takes ns->lock shared; @fn must not call back into the cache.
+ */
+int kvfs_ns_list(struct kvfs_ns *ns, uint64_t after,
+		 int (*fn)(const char *name, uint64_t ino, void *arg),
+		 void *arg);
+
+/* ---- block lookup and references ---- */
+
+/* A committed block by file name in @ns, with a reference.
+ * -ENOENT (absent, pending or being deleted), -EINVAL (not a block name).
+ */
+int kvfs_cache_lookup(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      const char *name, struct kvfs_block **out);
+/* A committed block by inode, with a reference; -ENOENT. */
+int kvfs_cache_get(struct kvfs_cache *c, uint64_t ino,
+		   struct kvfs_block **out);
+/* Drop a reference; the last one frees a deleted block's space. */
+void kvfs_cache_put(struct kvfs_cache *c, struct kvfs_block *b);
+
+/* Read-only facts of a block (valid while a reference is held). */
+struct kvfs_block_info {
+	uint64_t ino;
+	uint64_t size;
+	uint64_t created; /* ns */
+	uint64_t last_access; /* ns */
+	uint64_t hits;
+	uint32_t n_tokens;
+	uint32_t depth;
+	uint32_t tiers;  /* enum kvfs_tier_bit */
+	uint32_t pins;   /* enum kvfs_tier_bit */
+	uint32_t category;
+	bool persisted;
+	uint8_t key[KVFS_KEY_LEN];
+	uint8_t parent[KVFS_KEY_LEN];
+};
+void kvfs_block_info(struct kvfs_block *b, struct kvfs_block_info *out);
+struct kvfs_ns *kvfs_block_ns(struct kvfs_block *b);
+
+/* ---- write path ---- */
+
+/*
+ * kvfs_cache_create() - start a new block file @name in @ns.
+ * Returns -EINVAL (not "<32 hex>.kv"), -EEXIST (committed or another
+ * writer has it pending), -EPERM (name exists and is immutable: use for
+ * O_TRUNC opens of a committed block, decided by the caller).
+ */
+int kvfs_cache_create(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      const char *name, struct kvfs_pending **out);
+/* Write into a pending file. -EFBIG past the namespace's largest block. */
+int kvfs_cache_write(struct kvfs_pending *p, uint64_t off, const void *buf,
+		     size_t len);
+/* Set a pending file's size (zero-fills when growing). -EFBIG. */
+int kvfs_cache_truncate(struct kvfs_pending *p, uint64_t size);
+uint64_t kvfs_pending_ino(const struct kvfs_pending *p);
+/* Size of the pending file with inode @ino (only its writer can reach
+ * it: the name does not resolve for anyone else). 0 or -ENOENT.
+ */
+int kvfs_cache_pending_size(struct kvfs_cache *c, uint64_t ino,
+			    uint64_t *size);
+uint64_t kvfs_pending_size(const struct kvfs_pending *p);
+/*
+ * kvfs_cache_commit() - validate and publish a pending file. Consumes @p
+ * whatever the result (a failed block is not stored). On success *out
+ * gets a referenced block.
+ * Errors: -EINVAL / -EBADMSG (validation; the log names the check),
+ * -EEXIST (committed meanwhile), -ENOSPC (nothing evictable).
+ */
+int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
+		      struct kvfs_block **out);
+/* Drop a pending file without committing it. */
+void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p);
+
+/* Wait until @b's data and record are durable. -EIO if write-back failed,
+ * -ENOENT if the block was deleted first.
+ */
+int kvfs_cache_sync(struct kvfs_cache *c, struct kvfs_block *b);
+
+/* ---- read path ---- */
+
+/* Per-open read state. */
+struct kvfs_reader {
+	struct kvfs_block *b;
+	void *priv;        /* private copy when the block is not in DRAM */
+	uint64_t priv_len;
+	bool in_dram;      /* the current read_begin pinned the DRAM copy */
+};
+
+/* Count an open of @b (blocks being read are never evicted) and one access
+ * for the policy; the reader takes over the caller's reference to @b.
+ * -ENOENT (and the reference is dropped) if @b was deleted meanwhile.
+ */
+int kvfs_cache_reader_init(struct kvfs_cache *c, struct kvfs_reader *r,
+			    struct kvfs_block *b);
+/* Undo reader_init: drops the reference and any private copy. */
+void kvfs_cache_reader_release(struct kvfs_cache *c, struct kvfs_reader *r);
+/*
+ * kvfs_cache_read_begin() - bytes [off, off+len) of the block, clamped to
+ * its size, as a pointer valid until kvfs_cache_read_end(). Loads from the
+ * SSD (io_uring, O_DIRECT, checksums verified) when not in DRAM.
+ * Errors: -EIO (read failed), -EBADMSG (checksum mismatch: never served).
+ */
+int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
+			  uint64_t off, size_t len, const void **ptr,
+			  size_t *n);
+void kvfs_cache_read_end(struct kvfs_cache *c, struct kvfs_reader *r);
+
+/* ---- admin ---- */
+
+/* Remove a block from every tier and from metadata. -EBUSY if pinned. */
+int kvfs_cache_unlink(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      const char *name);
+/* Pin in @tier (KVFS_TIER_DRAM or _SSD), loading/persisting as needed.
+ * -EINVAL (tier not configured), -ENOSPC (no room even after eviction).
+ */
+int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier);
+/* Remove all pins. */
+int kvfs_cache_unpin(struct kvfs_cache *c, struct kvfs_block *b);
+/* Set the workload category (policy issue); 0..65535. */
+int kvfs_cache_set_category(struct kvfs_cache *c, struct kvfs_block *b,
+			    uint32_t category);
+
+/* Filesystem-level numbers for statfs. */
+struct kvfs_cache_fsinfo {
+	uint64_t ssd_capacity, ssd_free;
+	uint64_t blocks;
+};
+void kvfs_cache_fsinfo(struct kvfs_cache *c, struct kvfs_cache_fsinfo *fi);
+
+/* The .kvfs/stats text ("key value\n" lines) in a malloc'd buffer. */
+int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
+
+/* Run one write-back pass now and wait for it (tests). */
+int kvfs_cache_writeback_now(struct kvfs_cache *c);
+
+#endif

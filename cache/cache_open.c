@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Start-up and shutdown of the cache engine: namespaces against the
+ * config, recovery of the block index from LMDB, the free-map check, and
+ * an orderly stop that persists every committed block.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_i.h"
+#include "cache/extent.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+/* ----------------------------------------------------------- namespaces */
+
+struct ns_list {
+	struct kvfs_meta_ns *v;
+	size_t n, cap;
+};
+
+static int collect_ns(const struct kvfs_meta_ns *ns, void *arg)
+{
+	struct ns_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		void *nv = realloc(l->v, cap * sizeof(*l->v));
+
+		if (!nv)
+			return -ENOMEM;
+		l->v = nv;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *ns;
+	return 0;
+}
+
+static void geom_from_rec(const struct kvfs_meta_ns *r, struct kvfs_geom *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->n_layers = r->n_layers;
+	g->n_kv_heads = r->n_kv_heads;
+	g->head_dim = r->head_dim;
+	g->hidden_size = r->hidden_size;
+	g->block_tokens = r->block_tokens;
+	g->chunk_tokens = r->chunk_tokens;
+	g->dtype = r->dtype;
+}
+
+/* A stored namespace's geometry is fixed: every block depends on it. */
+static int ns_compare(const struct kvfs_conf_ns *cn,
+		      const struct kvfs_meta_ns *r)
+{
+	struct kvfs_geom g;
+	const char *field = NULL;
+
+	geom_from_rec(r, &g);
+	if (cn->geom.n_layers != g.n_layers)
+		field = "layers";
+	else if (cn->geom.n_kv_heads != g.n_kv_heads)
+		field = "kv_heads";
+	else if (cn->geom.head_dim != g.head_dim)
+		field = "head_dim";
+	else if (cn->geom.dtype != g.dtype)
+		field = "dtype";
+	else if (cn->geom.block_tokens != g.block_tokens)
+		field = "block_tokens";
+	else if (cn->geom.chunk_tokens != g.chunk_tokens)
+		field = "chunk_tokens";
+	else if (cn->geom.hidden_size != g.hidden_size)
+		field = "hidden_size";
+	else if (strcmp(cn->salt, r->salt))
+		field = "salt";
+	if (!field)
+		return 0;
+	kvfs_err("namespace %s: the config changes '%s' of a stored "
+		 "namespace; its blocks were written for the stored value. "
+		 "Restore the old value or use a new namespace name",
+		 cn->name, field);
+	return -EINVAL;
+}
+
+static int setup_namespaces(struct kvfs_cache *c)
+{
+	struct ns_list stored = { 0 };
+	struct kvfs_meta_txn *t;
+	struct kvfs_meta_sb sb;
+	bool dirty = false;
+	size_t total;
+	int rc;
+
+	rc = kvfs_meta_txn_begin(c->store->meta, false, &t);
+	if (rc)
+		return rc;
+	rc = kvfs_meta_sb_get(t, &sb);
+	if (!rc)
+		rc = kvfs_meta_ns_foreach(t, collect_ns, &stored);
+	if (rc)
+		goto out_abort;
+
+	total = stored.n + c->conf.n_ns;
+	c->ns = calloc(total ? total : 1, sizeof(*c->ns));
+	if (!c->ns) {
+		rc = -ENOMEM;
+		goto out_abort;
+	}
+	/* Stored namespaces keep their ids; a config may not hide one. */
+	for (size_t i = 0; i < stored.n; i++) {
+		const struct kvfs_conf_ns *cn = NULL;
+
+		for (size_t j = 0; j < c->conf.n_ns; j++)
+			if (!strcmp(c->conf.ns[j].name, stored.v[i].name))
+				cn = &c->conf.ns[j];
+		if (cn) {
+			rc = ns_compare(cn, &stored.v[i]);
+			if (rc)
+				goto out_abort;
+		} else {
+			kvfs_info("namespace %s is stored but not in the "
+				  "config: kept, with its stored geometry",
+				  stored.v[i].name);
+		}
+		c->ns[c->n_ns++].rec = stored.v[i];
+	}
+	for (size_t j = 0; j < c->conf.n_ns; j++) {
+		const struct kvfs_conf_ns *cn = &c->conf.ns[j];
+		struct kvfs_meta_ns *r;
+
+		if (kvfs_cache_ns_by_name(c, cn->name))
+			continue;
+		r = &c->ns[c->n_ns++].rec;
+		memset(r, 0, sizeof(*r));
+		r->magic = KVFS_META_NS_MAGIC;
+		r->version = KVFS_META_VERSION;
+		r->id = sb.next_ns_id ? sb.next_ns_id : 1;
+		sb.next_ns_id = r->id + 1;
+		r->dtype = cn->geom.dtype;
+		r->n_layers = cn->geom.n_layers;
+		r->n_kv_heads = cn->geom.n_kv_heads;
+		r->head_dim = cn->geom.head_dim;
+		r->hidden_size = cn->geom.hidden_size;
+		r->block_tokens = cn->geom.block_tokens;
+		r->chunk_tokens = cn->geom.chunk_tokens;
+		snprintf(r->name, sizeof(r->name), "%s", cn->name);
+		snprintf(r->salt, sizeof(r->salt), "%s", cn->salt);
+		kvfs_fmt_root_key(r->name, r->salt, r->root);
+		rc = kvfs_meta_ns_put(t, r);
+		if (rc)
+			goto out_abort;
+		dirty = true;
+		kvfs_info("namespace %s created (id %u)", r->name, r->id);
+	}
+	if (dirty) {
+		rc = kvfs_meta_sb_put(t, &sb);
+		if (rc)
+			goto out_abort;
+		rc = kvfs_meta_txn_commit(t);
+	} else {
+		kvfs_meta_txn_abort(t);
+	}
+	free(stored.v);
+	if (rc)
+		return rc;
+
+	for (size_t i = 0; i < c->n_ns; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+
+		ns->c = c;
+		geom_from_rec(&ns->rec, &ns->geom);
+		ns->ino = KVFS_INO_NS_BASE + ns->rec.id;
+		ns->max_file = kvfs_fmt_max_file_size(&ns->geom);
+		pthread_rwlock_init(&ns->lock, NULL);
+		if (ns->rec.id >= KVFS_INO_BLOCK_BASE - KVFS_INO_NS_BASE) {
+			kvfs_err("namespace %s: id %u out of range",
+				 ns->rec.name, ns->rec.id);
+			return -EUCLEAN;
+		}
+		if (!ns->max_file || ns->max_file > c->conf.dram_capacity) {
+			kvfs_err("namespace %s: a full block is %" PRIu64
+				 " bytes, more than the DRAM tier's capacity "
+				 "(%" PRIu64 "); raise [tier.dram] capacity",
+				 ns->rec.name, ns->max_file,
+				 c->conf.dram_capacity);
+			return -EINVAL;
+		}
+	}
+	return 0;
+
+out_abort:
+	kvfs_meta_txn_abort(t);
+	free(stored.v);
+	return rc;
+}
+
+/* ------------------------------------------------------------- recovery */
+
+struct rec_item {
+	uint8_t key[KVFS_KEY_LEN];
+	struct kvfs_meta_blk r;
+};
+
+struct rec_list {
+	struct rec_item *v;
+	size_t n, cap;
+	size_t bad;
+};
+
+static int collect_blk(const uint8_t *key, const struct kvfs_meta_blk *r,
+		       bool bad, void *arg)
+{
+	struct rec_list *l = arg;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+
+	if (bad) {
+		kvfs_fmt_key_hex(key, hex);
+		kvfs_err("block record %s is damaged or of another version: "
+			 "ignored", hex);
+		l->bad++;
+		return 0;
+	}
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 1024;
+		void *nv = realloc(l->v, cap * sizeof(*l->v));
+
+		if (!nv)
+			return -ENOMEM;
+		l->v = nv;
+		l->cap = cap;
+	}
+	memcpy(l->v[l->n].key, key, KVFS_KEY_LEN);
+	l->v[l->n++].r = *r;
+	return 0;
+}
+
+static int by_last_access(const void *a, const void *b)
+{
+	const struct rec_item *x = a, *y = b;
+
+	return (x->r.last_access > y->r.last_access) -
+	       (x->r.last_access < y->r.last_access);
+}
+
+struct free_cmp {
+	const struct kvfs_extent_map *m;
+	size_t i;
+	bool differs;
+};
+
+static int cmp_free(uint64_t off, uint64_t len, void *arg)
+{
+	struct free_cmp *fc = arg;
+
+	if (fc->i >= fc->m->n || fc->m->r[fc->i].off != off ||
+	    fc->m->r[fc->i].len != len)
+		fc->differs = true;
+	fc->i++;
+	return 0;
+}
+
+/*
+ * The persistent free map must be the complement of the recorded extents.
+ * A mismatch means damage or a bug: say so and rewrite it from the
+ * records, which are the truth.
+ */
+static int check_free_map(struct kvfs_cache *c, struct rec_list *l)
+{
+	struct kvfs_extent_map m;
+	struct kvfs_meta_txn *t;
+	struct free_cmp fc = { 0 };
+	uint64_t base = c->store->sb.data_off, size = c->store->sb.ssd_size;
+	int rc;
+
+	rc = kvfs_extent_init(&m, base, size - base, KVFS_FMT_ALIGN);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].r.ssd_len)
+			kvfs_extent_claim(&m, l->v[i].r.ssd_off,
+					  l->v[i].r.ssd_len);
+	fc.m = &m;
+	rc = kvfs_meta_txn_begin(c->store->meta, true, &t);
+	if (rc)
+		goto out_release;
+	rc = kvfs_meta_free_foreach(t, cmp_free, &fc);
+	kvfs_meta_txn_abort(t);
+	if (rc)
+		goto out_release;
+	if (fc.i != m.n)
+		fc.differs = true;
+	if (!fc.differs)
+		goto out_release;
+	kvfs_warn("the SSD free map disagrees with the block records "
+		  "(%zu stored ranges, %zu expected): rewriting it from the "
+		  "records", fc.i, m.n);
+	pthread_mutex_lock(&c->meta_lock);
+	rc = kvfs_meta_txn_begin(c->store->meta, false, &t);
+	if (!rc)
+		rc = kvfs_meta_free_clear(t);
+	for (size_t i = 0; i < m.n && !rc; i++)
+		rc = kvfs_meta_free_give(t, m.r[i].off, m.r[i].len);
+	if (rc)
+		kvfs_meta_txn_abort(t);
+	else
+		rc = kvfs_meta_txn_commit(t);
+	pthread_mutex_unlock(&c->meta_lock);
+out_release:
+	kvfs_extent_release(&m);
+	return rc;
+}
+
+static int recover_blocks(struct kvfs_cache *c)
+{
+	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
+	struct rec_list l = { 0 };
+	struct kvfs_meta_txn *t;
+	uint64_t max_ino = KVFS_INO_BLOCK_BASE;
+	size_t loaded = 0, skipped = 0;
+	int rc;
+
+	rc = kvfs_meta_txn_begin(c->store->meta, true, &t);
+	if (rc)
+		return rc;
+	rc = kvfs_meta_blk_foreach(t, collect_blk, &l);
+	kvfs_meta_txn_abort(t);
+	if (rc)
+		goto out_free;
+	/* Oldest access first, so recency-ordered policies rebuild in order. */
+	qsort(l.v, l.n, sizeof(*l.v), by_last_access);
+
+	for (size_t i = 0; i < l.n; i++) {
+		const struct kvfs_meta_blk *r = &l.v[i].r;
+		char hex[KVFS_KEY_HEX_LEN + 1];
+		struct kvfs_ns *ns = NULL;
+		struct kvfs_extent e = { .off = r->ssd_off, .len = r->ssd_len };
+		struct kvfs_block *b;
+
+		kvfs_fmt_key_hex(l.v[i].key, hex);
+		for (size_t j = 0; j < c->n_ns; j++)
+			if (c->ns[j].rec.id == r->ns_id)
+				ns = &c->ns[j];
+		if (!ns || !r->ssd_len || r->size > r->ssd_len ||
+		    r->ino < KVFS_INO_BLOCK_BASE ||
+		    ssd->ops->claim(ssd, &e)) {
+			kvfs_err("block record %s is inconsistent (namespace "
+				 "%u, extent %" PRIu64 "+%" PRIu64
+				 "): not served", hex, r->ns_id, r->ssd_off,
+				 r->ssd_len);
+			skipped++;
+			continue;
+		}
+		b = kvfs_block_alloc(ns);
+		if (!b) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		memcpy(b->pn.key, l.v[i].key, KVFS_KEY_LEN);
+		b->pn.depth = r->depth;
+		b->pn.tokens = r->n_tokens;
+		b->pn.size = r->size;
+		b->pn.category = (uint16_t)r->category;
+		b->ino = r->ino;
+		b->size = r->size;
+		b->start_pos = r->start_pos;
+		b->created = r->created;
+		b->n_tokens = r->n_tokens;
+		b->hdr_crc = r->hdr_crc;
+		b->kind = r->kind;
+		memcpy(b->parent_key, r->parent, KVFS_KEY_LEN);
+		b->ssd = e;
+		atomic_store(&b->flags, KVFS_B_PERSISTED);
+		atomic_store(&b->tiers, KVFS_TIER_BIT_SSD);
+		atomic_store(&b->pins, r->pins & KVFS_TIER_BIT_SSD);
+		atomic_store(&b->category, r->category);
+		atomic_store(&b->hits, r->hits);
+		atomic_store(&b->last_access, r->last_access);
+		if (r->pins & ~KVFS_TIER_BIT_SSD)
+			kvfs_info("block %s: DRAM/GPU pin not restored after "
+				  "restart; its SSD copy stays pinned", hex);
+		if (r->pins)
+			atomic_fetch_or(&b->pins, KVFS_TIER_BIT_SSD);
+		if (kvfs_index_insert(c, b)) {
+			kvfs_err("block record %s duplicated: skipped", hex);
+			ssd->ops->free(ssd, &e);
+			kvfs_cache_put(c, b);
+			skipped++;
+			continue;
+		}
+		kvfs_ns_add(ns, b);
+		struct kvfs_paccess a = { .now = r->last_access };
+		kvfs_policy_insert(c->policy, KVFS_TIER_SSD, &b->pn, &a);
+		atomic_fetch_add(&ssd->st.blocks, 1);
+		if (r->ino >= max_ino)
+			max_ino = r->ino + 1;
+		loaded++;
+	}
+	/* Link children to parents now that every block is indexed. */
+	for (size_t i = 0; i < l.n; i++) {
+		struct kvfs_block *b = kvfs_index_find_key(c, l.v[i].key);
+		struct kvfs_block *p;
+
+		if (!b)
+			continue;
+		p = kvfs_index_find_key(c, b->parent_key);
+		if (p && !b->parent) {
+			b->parent = p; /* keeps the reference */
+			b->pn.parent = &p->pn;
+		} else if (p) {
+			kvfs_cache_put(c, p);
+		}
+		kvfs_cache_put(c, b);
+	}
+	atomic_store(&c->next_ino, max_ino);
+	kvfs_info("recovered %zu blocks from the metadata (%zu skipped, %zu "
+		  "damaged records)", loaded, skipped, l.bad);
+	rc = check_free_map(c, &l);
+out_free:
+	free(l.v);
+	return rc;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
+		    unsigned flags, struct kvfs_cache **out)
+{
+	struct kvfs_cache *c;
+	uint64_t cap[KVFS_NTIERS] = { 0 };
+	const char *keys[KVFS_CONF_MAX_OPTS], *vals[KVFS_CONF_MAX_OPTS];
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->conf = *conf;
+	c->flags = flags;
+	for (int i = 0; i < KVFS_SHARDS; i++) {
+		pthread_mutex_init(&c->by_key[i].lock, NULL);
+		pthread_mutex_init(&c->by_ino[i].lock, NULL);
+	}
+	pthread_mutex_init(&c->pending_lock, NULL);
+	pthread_mutex_init(&c->meta_lock, NULL);
+	pthread_mutex_init(&c->policy_lock, NULL);
+	pthread_mutex_init(&c->wb_lock, NULL);
+	pthread_cond_init(&c->wb_cond, NULL);
+	pthread_cond_init(&c->wb_done, NULL);
+	pthread_mutex_init(&c->mv_lock, NULL);
+	pthread_cond_init(&c->mv_cond, NULL);
+	atomic_store(&c->next_ino, KVFS_INO_BLOCK_BASE);
+
+	rc = kvfs_store_open(dir,
+			     (flags & KVFS_CACHE_NOSYNC) ? KVFS_META_NOSYNC : 0,
+			     conf->meta_mapsize, &c->store);
+	if (rc)
+		goto out_free;
+	rc = setup_namespaces(c);
+	if (rc)
+		goto out_free;
+	rc = kvfs_tier_dram_init(conf->dram_capacity, &c->tier[KVFS_TIER_DRAM]);
+	if (rc)
+		goto out_free;
+	rc = kvfs_tier_ssd_init(c->store->data_path, c->store->sb.data_off,
+				c->store->sb.ssd_size,
+				conf->ssd_rings ? conf->ssd_rings : 1,
+				(flags & KVFS_CACHE_NOSYNC) ? KVFS_SSD_NOSYNC : 0,
+				&c->tier[KVFS_TIER_SSD]);
+	if (rc) {
+		kvfs_err("opening the SSD data file %s failed: %s",
+			 c->store->data_path, strerror(-rc));
+		goto out_free;
+	}
+	for (size_t i = 0; i < conf->n_policy_opts; i++) {
+		keys[i] = conf->policy_keys[i];
+		vals[i] = conf->policy_vals[i];
+	}
+	cap[KVFS_TIER_DRAM] = c->tier[KVFS_TIER_DRAM]->capacity;
+	cap[KVFS_TIER_SSD] = c->tier[KVFS_TIER_SSD]->capacity;
+	rc = kvfs_policy_new(conf->policy[0] ? conf->policy : "lru", keys, vals,
+			     conf->n_policy_opts, cap, &c->policy);
+	if (rc)
+		goto out_free;
+	rc = recover_blocks(c);
+	if (rc)
+		goto out_free;
+	rc = kvfs_wb_start(c);
+	if (rc)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	kvfs_cache_free(c);
+	return rc;
+}
+
+void kvfs_cache_free(struct kvfs_cache *c)
+{
+	if (!c)
+		return;
+	kvfs_wb_stop(c);
+	if (c->policy) {
+		pthread_mutex_lock(&c->policy_lock);
+		kvfs_cache_drain_touches(c);
+		pthread_mutex_unlock(&c->policy_lock);
+	}
+	if (c->store)
+		kvfs_counters_flush(c);
+	while (c->pending)
+		kvfs_cache_abandon(c, c->pending);
+	/* Children hold references to parents, so drop every index
+	 * reference first; the structs go when their last reference does.
+	 */
+	for (int s = 0; s < KVFS_SHARDS; s++) {
+		struct kvfs_shard *sh = &c->by_ino[s];
+
+		for (size_t i = 0; i < sh->nb; i++) {
+			struct kvfs_block *b = sh->b[i], *next;
+
+			for (; b; b = next) {
+				next = b->hnext_ino;
+				kvfs_cache_put(c, b);
+			}
+		}
+		free(sh->b);
+		free(c->by_key[s].b);
+	}
+	for (size_t i = 0; i < c->n_ns; i++) {
+		free(c->ns[i].blocks);
+		if (c->ns[i].c)
+			pthread_rwlock_destroy(&c->ns[i].lock);
+	}
+	free(c->ns);
+	kvfs_policy_free(c->policy);
+	for (int i = 0; i < KVFS_NTIERS; i++)
+		kvfs_tier_free(c->tier[i]);
+	kvfs_store_free(c->store);
+	free(c);
+}

@@ -1,0 +1,652 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvfs-sim: replay a request trace (or a generated workload) through the
+ * kvfs cache policies and report hit ratios, tier traffic, modeled TTFT
+ * and policy cost.  Usage: kvfs-sim --help; docs/policies.md.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/policy.h"
+#include "cache/sim.h"
+#include "cache/trace.h"
+#include "meta/log.h"
+
+#define MAX_POLICIES 16
+#define MAX_OPTS 32
+#define MAX_POINTS 64
+
+struct opts {
+	const char *trace, *gen, *gen_out, *sweep_out, *points;
+	int format;
+	uint32_t block_tokens;
+	const char *policy[MAX_POLICIES];
+	unsigned npolicy;
+	char *opt_pol[MAX_OPTS], *opt_key[MAX_OPTS], *opt_val[MAX_OPTS];
+	unsigned nopt;
+	uint64_t capacity;
+	double capacity_pct;
+	uint64_t tier[KVFS_NTIERS];
+	bool multi, json, sweep;
+	struct kvfs_trace_gen g;
+	struct kvfs_sim_conf c;
+};
+
+static void usage(FILE *f)
+{
+	fputs(
+"usage: kvfs-sim (--trace FILE --format mooncake|bailian | --gen KIND)\n"
+"                [--policy P]... [capacity] [options]\n"
+"\n"
+"input:\n"
+"  --trace FILE          JSONL trace\n"
+"  --format F            mooncake (ms, 512-token blocks) or bailian\n"
+"                        (s, 16-token blocks)\n"
+"  --block-tokens N      tokens per hash id (overrides the format's)\n"
+"  --gen KIND            zipf-docqa (paper 002) or fewshot (paper 000)\n"
+"  --gen-requests N      requests to generate (3072 / 14042)\n"
+"  --seed N              generator seed (42)\n"
+"  --gen-out FILE        write the generated trace as bailian JSONL\n"
+"policies:\n"
+"  --policy P            run P (repeatable); default: every policy\n"
+"  --opt P.KEY=VAL       option KEY of policy P (repeatable)\n"
+"capacity:\n"
+"  --capacity-blocks N   single tier of N blocks\n"
+"  --capacity-pct X      single tier of X%% of the trace's unique blocks\n"
+"  --gpu-blocks N --dram-blocks N --ssd-blocks N   multi-tier run\n"
+"  --promote-every N     requests between promotion plans (1; 0 = off)\n"
+"  --promote-max N       moves per promotion plan (64)\n"
+"  --warmup N            leave the first N requests out of the stats\n"
+"  --sweep               1%..50% of unique blocks, every policy: CSV+PNG\n"
+"  --sweep-out PREFIX    PREFIX.csv and PREFIX.png (sweep)\n"
+"  --sweep-points LIST   percentages (1,2,3,5,7.5,10,15,20,30,40,50)\n"
+"TTFT model (defaults: Llama-3-8B, H100, PCIe 4, NVMe):\n"
+"  --flops F             effective prefill FLOP/s (4e14)\n"
+"  --pcie-gbps G         host<->GPU GB/s (25)\n"
+"  --ssd-gbps G          SSD GB/s (6)\n"
+"  --model-params N      parameters (8.03e9)\n"
+"  --layers N --hidden N --kv-heads N --head-dim N --dtype-bytes N\n"
+"                        (32, 4096, 8, 128, 2)\n"
+"output:\n"
+"  --json                one JSON object per policy per line\n", f);
+}
+
+enum {
+	O_TRACE = 256, O_FORMAT, O_BT, O_GEN, O_GENREQ, O_SEED, O_GENOUT,
+	O_POLICY, O_OPT, O_CAP, O_CAPPCT, O_GPU, O_DRAM, O_SSD, O_PEVERY,
+	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
+	O_SSDBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
+	O_JSON, O_HELP,
+};
+
+static const struct option longopts[] = {
+	{ "trace", required_argument, NULL, O_TRACE },
+	{ "format", required_argument, NULL, O_FORMAT },
+	{ "block-tokens", required_argument, NULL, O_BT },
+	{ "gen", required_argument, NULL, O_GEN },
+	{ "gen-requests", required_argument, NULL, O_GENREQ },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "gen-out", required_argument, NULL, O_GENOUT },
+	{ "policy", required_argument, NULL, O_POLICY },
+	{ "opt", required_argument, NULL, O_OPT },
+	{ "capacity-blocks", required_argument, NULL, O_CAP },
+	{ "capacity-pct", required_argument, NULL, O_CAPPCT },
+	{ "gpu-blocks", required_argument, NULL, O_GPU },
+	{ "dram-blocks", required_argument, NULL, O_DRAM },
+	{ "ssd-blocks", required_argument, NULL, O_SSD },
+	{ "promote-every", required_argument, NULL, O_PEVERY },
+	{ "promote-max", required_argument, NULL, O_PMAX },
+	{ "warmup", required_argument, NULL, O_WARMUP },
+	{ "sweep", no_argument, NULL, O_SWEEP },
+	{ "sweep-out", required_argument, NULL, O_SWEEPOUT },
+	{ "sweep-points", required_argument, NULL, O_POINTS },
+	{ "flops", required_argument, NULL, O_FLOPS },
+	{ "pcie-gbps", required_argument, NULL, O_PCIE },
+	{ "ssd-gbps", required_argument, NULL, O_SSDBW },
+	{ "model-params", required_argument, NULL, O_PARAMS },
+	{ "layers", required_argument, NULL, O_LAYERS },
+	{ "hidden", required_argument, NULL, O_HIDDEN },
+	{ "kv-heads", required_argument, NULL, O_KVH },
+	{ "head-dim", required_argument, NULL, O_HDIM },
+	{ "dtype-bytes", required_argument, NULL, O_DTYPE },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "help", no_argument, NULL, O_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_u64(const char *name, const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	if (!s || *s < '0' || *s > '9')
+		goto out_bad;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		goto out_bad;
+	*out = v;
+	return 0;
+out_bad:
+	kvfs_err("kvfs-sim: --%s wants a non-negative integer, got '%s'",
+		 name, s ? s : "");
+	return -EINVAL;
+}
+
+static int parse_u32(const char *name, const char *s, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(name, s, &v))
+		return -EINVAL;
+	if (v > UINT32_MAX) {
+		kvfs_err("kvfs-sim: --%s out of range: %s", name, s);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_dbl(const char *name, const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0) || isinf(v)) {
+		kvfs_err("kvfs-sim: --%s wants a non-negative number, got "
+			 "'%s'", name, s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int add_opt(struct opts *o, const char *arg)
+{
+	const char *dot = strchr(arg, '.'), *eq = strchr(arg, '=');
+
+	if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1) {
+		kvfs_err("kvfs-sim: --opt wants POLICY.KEY=VALUE, got '%s'",
+			 arg);
+		return -EINVAL;
+	}
+	if (o->nopt == MAX_OPTS) {
+		kvfs_err("kvfs-sim: too many --opt");
+		return -EINVAL;
+	}
+	o->opt_pol[o->nopt] = strndup(arg, (size_t)(dot - arg));
+	o->opt_key[o->nopt] = strndup(dot + 1, (size_t)(eq - dot - 1));
+	o->opt_val[o->nopt] = strdup(eq + 1);
+	if (!o->opt_pol[o->nopt] || !o->opt_key[o->nopt] ||
+	    !o->opt_val[o->nopt])
+		return -ENOMEM;
+	o->nopt++;
+	return 0;
+}
+
+static int parse_args(struct opts *o, int argc, char **argv)
+{
+	struct kvfs_sim_model *m = &o->c.model;
+	int ch, rc = 0;
+	int t;
+
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		const char *name = ch >= O_TRACE && ch <= O_HELP ?
+				   longopts[ch - O_TRACE].name : "?";
+
+		switch (ch) {
+		case O_TRACE: o->trace = optarg; break;
+		case O_FORMAT:
+			o->format = kvfs_trace_format_parse(optarg);
+			if (o->format < 0) {
+				kvfs_err("kvfs-sim: unknown format '%s'",
+					 optarg);
+				return -EINVAL;
+			}
+			break;
+		case O_BT: rc = parse_u32(name, optarg, &o->block_tokens);
+			break;
+		case O_GEN: o->gen = optarg; break;
+		case O_GENREQ:
+			rc = parse_u32(name, optarg, &o->g.requests);
+			break;
+		case O_SEED: rc = parse_u64(name, optarg, &o->g.seed); break;
+		case O_GENOUT: o->gen_out = optarg; break;
+		case O_POLICY:
+			if (o->npolicy == MAX_POLICIES) {
+				kvfs_err("kvfs-sim: too many --policy");
+				return -EINVAL;
+			}
+			o->policy[o->npolicy++] = optarg;
+			break;
+		case O_OPT: rc = add_opt(o, optarg); break;
+		case O_CAP: rc = parse_u64(name, optarg, &o->capacity); break;
+		case O_CAPPCT:
+			rc = parse_dbl(name, optarg, &o->capacity_pct);
+			break;
+		case O_GPU: case O_DRAM: case O_SSD:
+			t = ch - O_GPU;
+			rc = parse_u64(name, optarg, &o->tier[t]);
+			o->multi = true;
+			break;
+		case O_PEVERY:
+			rc = parse_u32(name, optarg, &o->c.promote_every);
+			break;
+		case O_PMAX:
+			rc = parse_u32(name, optarg, &o->c.promote_max);
+			break;
+		case O_WARMUP: rc = parse_u32(name, optarg, &o->c.warmup);
+			break;
+		case O_SWEEP: o->sweep = true; break;
+		case O_SWEEPOUT: o->sweep_out = optarg; break;
+		case O_POINTS: o->points = optarg; break;
+		case O_FLOPS: rc = parse_dbl(name, optarg, &m->flops); break;
+		case O_PCIE:
+			rc = parse_dbl(name, optarg, &m->pcie_bps);
+			m->pcie_bps *= 1e9;
+			break;
+		case O_SSDBW:
+			rc = parse_dbl(name, optarg, &m->ssd_bps);
+			m->ssd_bps *= 1e9;
+			break;
+		case O_PARAMS: rc = parse_dbl(name, optarg, &m->params);
+			break;
+		case O_LAYERS: rc = parse_u32(name, optarg, &m->layers);
+			break;
+		case O_HIDDEN: rc = parse_u32(name, optarg, &m->hidden);
+			break;
+		case O_KVH: rc = parse_u32(name, optarg, &m->kv_heads); break;
+		case O_HDIM: rc = parse_u32(name, optarg, &m->head_dim);
+			break;
+		case O_DTYPE: rc = parse_u32(name, optarg, &m->dtype_bytes);
+			break;
+		case O_JSON: o->json = true; break;
+		case 'h': case O_HELP: usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
+		}
+		if (rc)
+			return rc;
+	}
+	if (optind < argc) {
+		kvfs_err("kvfs-sim: unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	if (!o->trace == !o->gen) {
+		kvfs_err("kvfs-sim: give exactly one of --trace and --gen");
+		return -EINVAL;
+	}
+	if (o->trace && !o->format) {
+		kvfs_err("kvfs-sim: --trace needs --format");
+		return -EINVAL;
+	}
+	if (o->gen && strcmp(o->gen, "zipf-docqa") && strcmp(o->gen, "fewshot")) {
+		kvfs_err("kvfs-sim: unknown generator '%s'", o->gen);
+		return -EINVAL;
+	}
+	if (o->multi && (o->capacity || o->capacity_pct)) {
+		kvfs_err("kvfs-sim: --capacity-* and per-tier sizes exclude "
+			 "each other");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Options of @policy, as arrays for kvfs_policy_new(). */
+static size_t policy_opts(const struct opts *o, const char *policy,
+			  const char **keys, const char **vals)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < o->nopt; i++)
+		if (!strcmp(o->opt_pol[i], policy)) {
+			keys[n] = o->opt_key[i];
+			vals[n] = o->opt_val[i];
+			n++;
+		}
+	return n;
+}
+
+static int run_one(const struct opts *o, struct kvfs_sim *s,
+		   const char *policy, const uint64_t cap[KVFS_NTIERS],
+		   struct kvfs_sim_stats *st)
+{
+	const char *keys[MAX_OPTS], *vals[MAX_OPTS];
+	struct kvfs_sim_conf c = o->c;
+
+	c.policy = policy;
+	c.nopts = policy_opts(o, policy, keys, vals);
+	c.keys = keys;
+	c.vals = vals;
+	memcpy(c.cap, cap, sizeof(c.cap));
+	return kvfs_sim_run(s, &c, st);
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0.0;
+}
+
+static double per(uint64_t ns, uint64_t n)
+{
+	return n ? (double)ns / (double)n : 0.0;
+}
+
+static void print_single(const struct opts *o, const char *policy,
+			 uint64_t cap, const struct kvfs_sim_stats *st)
+{
+	uint64_t ev = st->evicted[KVFS_TIER_GPU];
+
+	if (o->json) {
+		printf("{\"policy\": \"%s\", \"capacity_blocks\": %" PRIu64
+		       ", \"requests\": %" PRIu64 ", \"block_accesses\": %"
+		       PRIu64 ", \"hit_blocks\": %" PRIu64
+		       ", \"hit_ratio\": %.6f, \"evictions\": %" PRIu64
+		       ", \"access_ns\": %.1f, \"evict_ns\": %.1f}\n",
+		       policy, cap, st->requests, st->block_accesses,
+		       st->hit_blocks, ratio(st->hit_blocks,
+					     st->block_accesses),
+		       ev, per(st->access_ns, st->block_accesses),
+		       per(st->victim_ns, st->victim_calls));
+		return;
+	}
+	printf("%-10s %10" PRIu64 " %9" PRIu64 " %11" PRIu64 " %11" PRIu64
+	       "  %8.4f %10" PRIu64 " %9.1f %9.1f\n", policy, cap,
+	       st->requests, st->block_accesses, st->hit_blocks,
+	       ratio(st->hit_blocks, st->block_accesses), ev,
+	       per(st->access_ns, st->block_accesses),
+	       per(st->victim_ns, st->victim_calls));
+}
+
+static void print_multi(const struct opts *o, const char *policy,
+			const uint64_t cap[KVFS_NTIERS],
+			const struct kvfs_sim_stats *st)
+{
+	uint64_t adm = 0;
+	double req = st->requests ? (double)st->requests : 1;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		adm += st->admitted[t];
+	if (o->json) {
+		printf("{\"policy\": \"%s\", \"gpu_blocks\": %" PRIu64
+		       ", \"dram_blocks\": %" PRIu64 ", \"ssd_blocks\": %"
+		       PRIu64 ", \"requests\": %" PRIu64
+		       ", \"block_accesses\": %" PRIu64 ", \"hit_blocks\": %"
+		       PRIu64 ", \"hit_ratio\": %.6f, \"hit_ratio_gpu\": %.6f"
+		       ", \"hit_ratio_dram\": %.6f, \"hit_ratio_ssd\": %.6f"
+		       ", \"loaded\": %" PRIu64 ", \"promoted\": %" PRIu64
+		       ", \"demoted\": %" PRIu64 ", \"admitted\": %" PRIu64
+		       ", \"admitted_dram\": %" PRIu64 ", \"admitted_ssd\": %"
+		       PRIu64 ", \"refused\": %" PRIu64 ", \"discarded\": %"
+		       PRIu64 ", \"orphans\": %" PRIu64 ", \"bypassed\": %"
+		       PRIu64 ", \"ttft_ms\": %.3f, \"ttft_nocache_ms\": %.3f"
+		       ", \"offload_s\": %.3f, \"access_ns\": %.1f"
+		       ", \"evict_ns\": %.1f}\n",
+		       policy, cap[0], cap[1], cap[2], st->requests,
+		       st->block_accesses, st->hit_blocks,
+		       ratio(st->hit_blocks, st->block_accesses),
+		       ratio(st->hit_tier[0], st->block_accesses),
+		       ratio(st->hit_tier[1], st->block_accesses),
+		       ratio(st->hit_tier[2], st->block_accesses),
+		       st->loaded, st->promoted, st->demoted, adm,
+		       st->admitted[1], st->admitted[2], st->refused,
+		       st->discarded, st->orphans, st->bypassed,
+		       1e3 * st->ttft_s / req, 1e3 * st->ttft_nocache_s / req,
+		       st->offload_s, per(st->access_ns, st->block_accesses),
+		       per(st->victim_ns, st->victim_calls));
+		return;
+	}
+	printf("%s: hit %.4f (gpu %.4f dram %.4f ssd %.4f) of %" PRIu64
+	       " blocks in %" PRIu64 " requests\n", policy,
+	       ratio(st->hit_blocks, st->block_accesses),
+	       ratio(st->hit_tier[0], st->block_accesses),
+	       ratio(st->hit_tier[1], st->block_accesses),
+	       ratio(st->hit_tier[2], st->block_accesses),
+	       st->block_accesses, st->requests);
+	printf("  moves: loaded %" PRIu64 " promoted %" PRIu64 " demoted %"
+	       PRIu64 " admitted %" PRIu64 " (dram %" PRIu64 " ssd %" PRIu64
+	       ") refused %" PRIu64 " discarded %" PRIu64 " orphans %" PRIu64
+	       " bypassed %" PRIu64 "\n", st->loaded, st->promoted,
+	       st->demoted, adm, st->admitted[1], st->admitted[2],
+	       st->refused, st->discarded, st->orphans, st->bypassed);
+	printf("  ttft %.3f ms (no cache %.3f ms), offload %.3f s, "
+	       "policy %.1f ns/access %.1f ns/eviction\n",
+	       1e3 * st->ttft_s / req, 1e3 * st->ttft_nocache_s / req,
+	       st->offload_s, per(st->access_ns, st->block_accesses),
+	       per(st->victim_ns, st->victim_calls));
+}
+
+static bool have_gnuplot(void)
+{
+	const char *path = getenv("PATH");
+	char buf[4096];
+
+	while (path && *path) {
+		const char *c = strchr(path, ':');
+		size_t n = c ? (size_t)(c - path) : strlen(path);
+
+		if (n && n + sizeof("/gnuplot") < sizeof(buf)) {
+			memcpy(buf, path, n);
+			strcpy(buf + n, "/gnuplot");
+			if (!access(buf, X_OK))
+				return true;
+		}
+		path = c ? c + 1 : NULL;
+	}
+	return false;
+}
+
+static int plot(const char *csv, const char *png, const char *const *pol,
+		unsigned npol, const char *title)
+{
+	FILE *g;
+
+	if (!have_gnuplot()) {
+		kvfs_warn("kvfs-sim: gnuplot not found; no plot written");
+		return 0;
+	}
+	g = popen("gnuplot", "w");
+	if (!g) {
+		kvfs_warn("kvfs-sim: cannot run gnuplot; no plot written");
+		return 0;
+	}
+	fprintf(g, "set terminal png size 900,600\nset output '%s'\n"
+		"set datafile separator ','\nset key bottom right\n"
+		"set title \"%s\" noenhanced\nset xlabel 'capacity (%% of unique blocks)'\n"
+		"set ylabel 'block hit ratio'\nset grid\nset logscale x\n"
+		"plot ", png, title);
+	for (unsigned i = 0; i < npol; i++)
+		fprintf(g, "%s'%s' using 2:(strcol(1) eq '%s' ? $4 : 1/0) "
+			"with linespoints title '%s'", i ? ", " : "", csv,
+			pol[i], pol[i]);
+	fputs("\n", g);
+	if (pclose(g)) {
+		kvfs_warn("kvfs-sim: gnuplot failed; %s may be missing", png);
+		return 0;
+	}
+	return 0;
+}
+
+static int sweep(const struct opts *o, struct kvfs_sim *s,
+		 const char *const *pol, unsigned npol)
+{
+	const char *prefix = o->sweep_out ? o->sweep_out : "sweep";
+	const char *pts = o->points ? o->points :
+			  "1,2,3,5,7.5,10,15,20,30,40,50";
+	double pct[MAX_POINTS];
+	unsigned npts = 0;
+	char csv[4096], png[4096], *end;
+	uint64_t uniq = kvfs_sim_unique_blocks(s);
+	FILE *f;
+	int ret = 0;
+
+	while (*pts) {
+		double v = strtod(pts, &end);
+
+		if (end == pts || !(v > 0) || v > 100 || npts == MAX_POINTS ||
+		    (*end && *end != ',')) {
+			kvfs_err("kvfs-sim: bad --sweep-points near '%s'", pts);
+			return -EINVAL;
+		}
+		pct[npts++] = v;
+		pts = *end ? end + 1 : end;
+	}
+	snprintf(csv, sizeof(csv), "%s.csv", prefix);
+	snprintf(png, sizeof(png), "%s.png", prefix);
+	f = fopen(csv, "w");
+	if (!f) {
+		ret = -errno;
+		kvfs_err("kvfs-sim: cannot create %s: %s", csv, strerror(errno));
+		return ret;
+	}
+	fprintf(f, "policy,capacity_pct,capacity_blocks,hit_ratio,"
+		"hit_blocks,block_accesses\n");
+	for (unsigned i = 0; i < npol; i++)
+		for (unsigned k = 0; k < npts; k++) {
+			uint64_t cap[KVFS_NTIERS] = { 0 };
+			struct kvfs_sim_stats st;
+
+			cap[0] = (uint64_t)llround(pct[k] * (double)uniq / 100);
+			if (!cap[0])
+				cap[0] = 1;
+			ret = run_one(o, s, pol[i], cap, &st);
+			if (ret) {
+				kvfs_err("kvfs-sim: policy %s failed (%d)",
+					 pol[i], ret);
+				goto out_close;
+			}
+			fprintf(f, "%s,%g,%" PRIu64 ",%.6f,%" PRIu64 ",%"
+				PRIu64 "\n", pol[i], pct[k], cap[0],
+				ratio(st.hit_blocks, st.block_accesses),
+				st.hit_blocks, st.block_accesses);
+			if (!o->json)
+				print_single(o, pol[i], cap[0], &st);
+		}
+out_close:
+	if (fclose(f) && !ret)
+		ret = -errno;
+	if (ret)
+		return ret;
+	printf("sweep: wrote %s\n", csv);
+	return plot(csv, png, pol, npol, o->trace ? o->trace : o->gen);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { 0 };
+	struct kvfs_trace t;
+	struct kvfs_sim *s = NULL;
+	const char *pol[MAX_POLICIES];
+	unsigned npol = 0;
+	int ret;
+
+	kvfs_trace_gen_defaults(&o.g);
+	kvfs_sim_model_default(&o.c.model);
+	o.c.promote_every = 1;
+	o.c.promote_max = 64;
+	ret = parse_args(&o, argc, argv);
+	if (ret)
+		goto out_opts;
+	if (o.gen) {
+		if (o.block_tokens)
+			o.g.block_tokens = o.block_tokens;
+		ret = !strcmp(o.gen, "fewshot") ?
+		      kvfs_trace_gen_fewshot(&o.g, &t) :
+		      kvfs_trace_gen_zipf_docqa(&o.g, &t);
+		if (ret)
+			goto out_opts;
+		if (o.gen_out) {
+			ret = kvfs_trace_write(&t, o.gen_out);
+			if (ret)
+				goto out_trace;
+			fprintf(stderr, "kvfs-sim: wrote %zu requests to %s\n",
+				t.nreq, o.gen_out);
+		}
+	} else {
+		kvfs_trace_init(&t, o.format, o.block_tokens);
+		ret = kvfs_trace_load(&t, o.trace);
+		if (ret)
+			goto out_trace;
+		if (t.bad_lines)
+			fprintf(stderr, "kvfs-sim: %zu of %zu lines were bad "
+				"and skipped\n", t.bad_lines, t.lines);
+	}
+	ret = kvfs_sim_new(&t, &s);
+	if (ret)
+		goto out_trace;
+	fprintf(stderr, "kvfs-sim: %" PRIu64 " requests, %zu block accesses,"
+		" %" PRIu64 " unique blocks of %u tokens\n",
+		kvfs_sim_requests(s), t.nhash, kvfs_sim_unique_blocks(s),
+		t.block_tokens);
+	kvfs_trace_release(&t);
+	if (o.npolicy) {
+		memcpy(pol, o.policy, o.npolicy * sizeof(*pol));
+		npol = o.npolicy;
+	} else {
+		for (size_t i = 0; kvfs_policy_registry[i] &&
+				   npol < MAX_POLICIES; i++)
+			pol[npol++] = kvfs_policy_registry[i]->name;
+	}
+	if (o.sweep) {
+		ret = sweep(&o, s, pol, npol);
+		goto out_sim;
+	}
+	if (o.capacity_pct && !o.capacity) {
+		o.capacity = (uint64_t)llround(o.capacity_pct *
+			(double)kvfs_sim_unique_blocks(s) / 100.0);
+		if (!o.capacity)
+			o.capacity = 1;
+	}
+	if (!o.multi && !o.capacity) {
+		if (!o.gen_out) {
+			kvfs_err("kvfs-sim: no capacity given (--capacity-"
+				 "blocks, --gpu-blocks..., or --sweep)");
+			ret = -EINVAL;
+		}
+		goto out_sim;
+	}
+	if (!o.multi)
+		o.tier[KVFS_TIER_GPU] = o.capacity;
+	if (!o.json && !o.multi)
+		printf("%-10s %10s %9s %11s %11s  %8s %10s %9s %9s\n",
+		       "policy", "capacity", "requests", "accesses", "hits",
+		       "ratio", "evictions", "ns/acc", "ns/evict");
+	for (unsigned i = 0; i < npol; i++) {
+		struct kvfs_sim_stats st;
+
+		ret = run_one(&o, s, pol[i], o.tier, &st);
+		if (ret) {
+			kvfs_err("kvfs-sim: policy %s failed (%d)", pol[i],
+				 ret);
+			if (o.npolicy)
+				goto out_sim;
+			ret = 0; /* running "every policy": skip it */
+			continue;
+		}
+		if (o.multi)
+			print_multi(&o, pol[i], o.tier, &st);
+		else
+			print_single(&o, pol[i], o.capacity, &st);
+		fflush(stdout);
+	}
+	goto out_sim;
+
+out_trace:
+	kvfs_trace_release(&t);
+out_sim:
+	kvfs_sim_free(s);
+out_opts:
+	for (unsigned i = 0; i < o.nopt; i++) {
+		free(o.opt_pol[i]);
+		free(o.opt_key[i]);
+		free(o.opt_val[i]);
+	}
+	return ret ? 1 : 0;
+}

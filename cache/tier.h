@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Storage tiers behind one const ops table.  Each tier embeds struct
+ * kvfs_tier as its first member; the cache only ever sees the base.
+ *
+ * A tier stores opaque byte ranges ("extents").  It knows nothing about
+ * blocks, policies or metadata: the cache decides what goes where.
+ *
+ * Backends:
+ *   dram  malloc'd, 4096-aligned buffers; map() gives a direct pointer.
+ *   ssd   extents of a preallocated data file, read and written with
+ *         io_uring and O_DIRECT; or, for unit tests, the same allocator
+ *         over an in-memory "device" (KVFS_SSD_MEMORY).
+ *   gpu   (later) device memory: shm stand-in or CUDA.
+ *
+ * Locking: alloc/free/stats are thread-safe (each tier has its own lock for
+ * its allocator; counters are atomics).  read/write/map on distinct extents
+ * may run concurrently from any threads; the caller guarantees that an
+ * extent is not freed while an I/O on it is in flight.
+ */
+#ifndef KVFS_CACHE_TIER_H
+#define KVFS_CACHE_TIER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include "cache/policy.h"
+
+struct kvfs_extent {
+	uint64_t off;  /* tier-relative offset (ssd: byte offset in file) */
+	uint64_t len;  /* bytes reserved, a multiple of the tier's alignment */
+	void *ptr;     /* memory tiers: the buffer; NULL otherwise */
+};
+
+/* One range of a batched read: @len bytes at extent offset @off to @buf. */
+struct kvfs_tier_io {
+	const struct kvfs_extent *ext;
+	uint64_t off;
+	uint64_t len;
+	void *buf;
+	int res; /* out: 0 or -errno */
+};
+
+struct kvfs_tier_stats {
+	atomic_uint_least64_t hits, misses, evictions;
+	atomic_uint_least64_t bytes_read, bytes_written;
+	atomic_uint_least64_t reads, writes; /* I/O operations issued */
+	atomic_uint_least64_t blocks;        /* maintained by the cache */
+};
+
+struct kvfs_tier;
+
+struct kvfs_tier_ops {
+	const char *name;
+	/* Reserve @len bytes (rounded up to the alignment). 0 or -ENOSPC;
+	 * -EINVAL for @len 0; -ENOMEM (dram).
+	 */
+	int (*alloc)(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e);
+	/* Return an extent. Never fails (a double free is logged and
+	 * ignored).
+	 */
+	void (*free)(struct kvfs_tier *t, const struct kvfs_extent *e);
+	/* Mark an extent used at a known place (recovery from metadata).
+	 * 0, -EINVAL (out of range), -EEXIST (overlaps something used),
+	 * -EOPNOTSUPP (dram: nothing there survives a restart).
+	 */
+	int (*claim)(struct kvfs_tier *t, const struct kvfs_extent *e);
+	/* Copy in/out. For ssd, @buf, @off and @len must be 4096-aligned.
+	 * 0 or -errno (-EIO on a short transfer); -EINVAL (logged) when the
+	 * range leaves the extent or is unaligned. @len 0 is a no-op.
+	 * Each call counts one op in st.reads/writes and, on success, @len
+	 * in st.bytes_read/written.
+	 */
+	int (*write)(struct kvfs_tier *t, const struct kvfs_extent *e,
+		     uint64_t off, const void *buf, uint64_t len);
+	int (*read)(struct kvfs_tier *t, const struct kvfs_extent *e,
+		    uint64_t off, void *buf, uint64_t len);
+	/* Submit every range of @io as one batch (one io_uring submission for
+	 * ssd) and wait for all. Returns 0 if all succeeded, else the first
+	 * error (lowest index); each io->res says its own result. A range
+	 * that fails the checks of ->read is not issued (res -EINVAL); each
+	 * issued range counts one op in st.reads.
+	 */
+	int (*readv)(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n);
+	/* Make every completed write durable (fdatasync). 0 or -errno. */
+	int (*sync)(struct kvfs_tier *t);
+	/* Direct pointer to the extent's bytes, or NULL if not addressable
+	 * (always NULL for ssd, KVFS_SSD_MEMORY included).
+	 */
+	void *(*map)(struct kvfs_tier *t, const struct kvfs_extent *e);
+	/* Free the tier; NULL-safe through kvfs_tier_free(). */
+	void (*release)(struct kvfs_tier *t);
+};
+
+struct kvfs_tier {
+	const struct kvfs_tier_ops *ops;
+	int id;                          /* enum kvfs_tier_id */
+	uint64_t capacity;               /* bytes */
+	uint64_t align;                  /* allocation unit */
+	atomic_uint_least64_t used;      /* bytes reserved */
+	struct kvfs_tier_stats st;
+};
+
+/* DRAM tier of @capacity bytes. 0 or -ENOMEM. */
+int kvfs_tier_dram_init(uint64_t capacity, struct kvfs_tier **out);
+
+enum kvfs_ssd_flags {
+	/* Back the tier by anonymous memory instead of @path (unit tests). */
+	KVFS_SSD_MEMORY = 1 << 0,
+	/* Skip fdatasync (benchmarks of the data path only). */
+	KVFS_SSD_NOSYNC = 1 << 1,
+};
+
+/*
+ * kvfs_tier_ssd_init() - open the SSD tier over the data file @path
+ * (a regular file or block device; NULL with KVFS_SSD_MEMORY).
+ * @data_off:  first usable byte (the data file header precedes it).
+ * @size:      size of the file; extents live in [data_off, size).
+ * @nrings:    io_uring instances (concurrent submitters), 1..64.
+ * @flags:     enum kvfs_ssd_flags.
+ * The whole range starts free; recovery claims used extents with ->claim.
+ * Returns 0, -ENOENT, -EINVAL (size not aligned, data_off >= size, bad
+ * nrings or flags, file shorter than @size, O_DIRECT refused), or another
+ * -errno. Every failure is logged.
+ */
+int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
+		       unsigned nrings, unsigned flags, struct kvfs_tier **out);
+
+/* Release @t; NULL is a no-op. */
+void kvfs_tier_free(struct kvfs_tier *t);
+
+/* Name of a tier id: "gpu", "dram", "ssd"; "?" for any other id. */
+const char *kvfs_tier_name(int id);
+/* Parse a tier name. Returns the id or -EINVAL. */
+int kvfs_tier_parse(const char *name);
+
+#endif

@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * SSD tier: extents of one preallocated data file, moved with io_uring and
+ * O_DIRECT so the page cache never holds a second copy of what the DRAM tier
+ * already caches.
+ *
+ * Several rings let independent submitters proceed in parallel without a
+ * global lock on the I/O path: a thread tries the rings round-robin from its
+ * own starting index and only blocks when every ring is busy.  A ring is
+ * held for the whole of one call, so one readv() batch is one set of
+ * submissions on one ring.
+ *
+ * KVFS_SSD_MEMORY swaps the file for an anonymous mapping with memcpy I/O
+ * and identical allocation and alignment rules, so cache tests behave as
+ * they would on a disk.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <liburing.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/extent.h"
+#include "cache/tier.h"
+#include "cache/tier_i.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+#define SSD_ALIGN 4096u
+/* In-flight requests per ring; a larger readv() batch is split. */
+#define SSD_RING_DEPTH 256u
+#define SSD_MAX_RINGS 64u
+/* The SQE length is 32 bits: longer transfers continue like short ones. */
+#define SSD_MAX_IO (1u << 30)
+/* -EAGAIN completions retried per request before giving up with -EIO. */
+#define SSD_MAX_AGAIN 64u
+
+struct ssd_ring {
+	pthread_mutex_t lock;
+	struct io_uring ring; /* guarded by lock */
+	bool dead;            /* guarded by lock: io_uring_enter failed hard */
+};
+
+struct kvfs_tier_ssd {
+	struct kvfs_tier base;
+	unsigned flags;         /* enum kvfs_ssd_flags; immutable */
+	int fd;                 /* -1 with KVFS_SSD_MEMORY; immutable */
+	unsigned char *mem;     /* KVFS_SSD_MEMORY: @size bytes; immutable */
+	uint64_t data_off;      /* immutable */
+	uint64_t size;          /* immutable */
+	pthread_mutex_t alloc_lock;
+	struct kvfs_extent_map map; /* guarded by alloc_lock */
+	unsigned nrings;        /* immutable */
+	struct ssd_ring *rings; /* array immutable; each ring has its lock */
+};
+
+/* One transfer in progress. */
+struct ssd_req {
+	uint64_t pos;       /* file offset of the next byte */
+	unsigned char *buf; /* next byte of the caller's buffer */
+	uint64_t left;      /* bytes still to transfer */
+	size_t io;          /* index of the caller's kvfs_tier_io */
+	long next;          /* link in the list of requests to resubmit */
+	int res;            /* 0 or -errno once done */
+	unsigned again;     /* -EAGAIN completions so far */
+	bool write;
+};
+
+/* Each thread starts its search for a free ring at its own index. */
+static _Thread_local unsigned ssd_ring_hint;
+static _Thread_local bool ssd_ring_hint_set;
+static atomic_uint ssd_ring_hint_next;
+
+static struct kvfs_tier_ssd *to_ssd(struct kvfs_tier *t)
+{
+	return (struct kvfs_tier_ssd *)t;
+}
+
+static struct ssd_ring *ssd_ring_get(struct kvfs_tier_ssd *s)
+{
+	unsigned start;
+
+	if (!ssd_ring_hint_set) {
+		ssd_ring_hint = atomic_fetch_add(&ssd_ring_hint_next, 1);
+		ssd_ring_hint_set = true;
+	}
+	start = ssd_ring_hint % s->nrings;
+	for (unsigned i = 0; i < s->nrings; i++) {
+		struct ssd_ring *r = &s->rings[(start + i) % s->nrings];
+
+		if (!pthread_mutex_trylock(&r->lock))
+			return r;
+	}
+	pthread_mutex_lock(&s->rings[start].lock);
+	return &s->rings[start];
+}
+
+static void ssd_ring_put(struct ssd_ring *r)
+{
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void ssd_prep(struct kvfs_tier_ssd *s, struct io_uring_sqe *sqe,
+		     struct ssd_req *q, size_t i)
+{
+	unsigned len = q->left > SSD_MAX_IO ? SSD_MAX_IO : (unsigned)q->left;
+
+	if (q->write)
+		io_uring_prep_write(sqe, s->fd, q->buf, len, q->pos);
+	else
+		io_uring_prep_read(sqe, s->fd, q->buf, len, q->pos);
+	io_uring_sqe_set_data64(sqe, i);
+}
+
+/* Account one completion of @q; true when @q must be submitted again. */
+static bool ssd_complete(struct ssd_req *q, int res)
+{
+	const char *what = q->write ? "write" : "read";
+
+	if (res == -EAGAIN || res == -EINTR) {
+		if (++q->again <= SSD_MAX_AGAIN)
+			return true;
+		res = -EIO;
+	}
+	if (res < 0) {
+		kvfs_err("ssd: %s at %" PRIu64 " (%" PRIu64 " bytes left): %s",
+			 what, q->pos, q->left, strerror(-res));
+		q->res = res;
+		return false;
+	}
+	if (res == 0) {
+		kvfs_err("ssd: %s at %" PRIu64 " transferred nothing "
+			 "(%" PRIu64 " bytes left): past the end of the file?",
+			 what, q->pos, q->left);
+		q->res = -EIO;
+		return false;
+	}
+	if ((uint64_t)res > q->left)
+		res = (int)q->left;
+	q->pos += (uint64_t)res;
+	q->buf += res;
+	q->left -= (uint64_t)res;
+	if (q->left)
+		return true; /* short transfer: continue with the rest */
+	q->res = 0;
+	return false;
+}
+
+/*
+ * Run @n requests (n <= SSD_RING_DEPTH) on @r, which the caller holds, and
+ * wait for every one of them.  Short transfers are resubmitted in place.
+ */
+static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
+		    struct ssd_req *q, size_t n)
+{
+	struct io_uring_cqe *cqe;
+	size_t next = 0;   /* first request never submitted */
+	long retry = -1;   /* list of requests to continue */
+	unsigned inflight = 0;
+	size_t i;
+	int ret;
+
+	if (r->dead)
+		goto out_fail;
+	while (next < n || retry >= 0 || inflight) {
+		while (inflight < SSD_RING_DEPTH && (retry >= 0 || next < n)) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+
+			if (!sqe)
+				break;
+			if (retry >= 0) {
+				i = (size_t)retry;
+				retry = q[i].next;
+			} else {
+				i = next++;
+			}
+			ssd_prep(s, sqe, &q[i], i);
+			inflight++;
+		}
+		/*
+		 * Prepared entries the kernel did not take stay queued and go
+		 * with the next call, so a transient failure only loops.
+		 */
+		ret = io_uring_submit_and_wait(&r->ring, 1);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
+		    ret != -EBUSY) {
+			kvfs_err("ssd: io_uring_enter: %s; ring disabled",
+				 strerror(-ret));
+			r->dead = true;
+			goto out_fail;
+		}
+		while (!io_uring_peek_cqe(&r->ring, &cqe)) {
+			i = (size_t)io_uring_cqe_get_data64(cqe);
+			ret = cqe->res;
+			io_uring_cqe_seen(&r->ring, cqe);
+			inflight--;
+			if (i < n && ssd_complete(&q[i], ret)) {
+				q[i].next = retry;
+				retry = (long)i;
+			}
+		}
+	}
+	return;
+
+out_fail:
+	for (i = 0; i < n; i++)
+		if (q[i].res > 0)
+			q[i].res = -EIO;
+}
+
+static void ssd_run_mem(struct kvfs_tier_ssd *s, struct ssd_req *q, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (q[i].write)
+			memcpy(s->mem + q[i].pos, q[i].buf, q[i].left);
+		else
+			memcpy(q[i].buf, s->mem + q[i].pos, q[i].left);
+		q[i].res = 0;
+	}
+}
+
+/* Check one transfer against @e, the tier and O_DIRECT's alignment. */
+static int ssd_check(struct kvfs_tier_ssd *s, const char *what,
+		     const struct kvfs_extent *e, uint64_t off,
+		     const void *buf, uint64_t len)
+{
+	if (!e) {
+		kvfs_err("ssd: %s with no extent", what);
+		return -EINVAL;
+	}
+	if ((off | len | (uintptr_t)buf | e->off | e->len) & (SSD_ALIGN - 1)) {
+		kvfs_err("ssd: %s of [%" PRIu64 ", +%" PRIu64 ") in extent %"
+			 PRIu64 "+%" PRIu64 " to %p is not %u-aligned",
+			 what, off, len, e->off, e->len, buf, SSD_ALIGN);
+		return -EINVAL;
+	}
+	if (!kvfs_tier_in_extent(e, off, len) || e->off < s->data_off ||
+	    e->len > s->size || e->off > s->size - e->len || (len && !buf)) {
+		kvfs_err("ssd: %s of [%" PRIu64 ", +%" PRIu64 ") in extent %"
+			 PRIu64 "+%" PRIu64 " is out of range",
+			 what, off, len, e->off, e->len);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void ssd_req_init(struct ssd_req *q, const struct kvfs_extent *e,
+			 uint64_t off, void *buf, uint64_t len, bool write,
+			 size_t io)
+{
+	q->pos = e->off + off;
+	q->buf = buf;
+	q->left = len;
+	q->io = io;
+	q->next = -1;
+	q->res = 1;
+	q->again = 0;
+	q->write = write;
+}
+
+/* Run @n <= SSD_RING_DEPTH requests on a ring already held, or in memory. */
+static void ssd_submit(struct kvfs_tier_ssd *s, struct ssd_ring *r,
+		       struct ssd_req *q, size_t n)
+{
+	if (s->mem)
+		ssd_run_mem(s, q, n);
+	else
+		ssd_run(s, r, q, n);
+}
+
+static int ssd_rw(struct kvfs_tier *t, const struct kvfs_extent *e,
+		  uint64_t off, void *buf, uint64_t len, bool write)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+	struct ssd_ring *r = NULL;
+	struct ssd_req q;
+	int err;
+
+	err = ssd_check(s, write ? "write" : "read", e, off, buf, len);
+	if (err || !len)
+		return err;
+	ssd_req_init(&q, e, off, buf, len, write, 0);
+	if (!s->mem)
+		r = ssd_ring_get(s);
+	ssd_submit(s, r, &q, 1);
+	if (r)
+		ssd_ring_put(r);
+	if (write)
+		kvfs_tier_count(&t->st.writes, &t->st.bytes_written, 1,
+				q.res ? 0 : len);
+	else
+		kvfs_tier_count(&t->st.reads, &t->st.bytes_read, 1,
+				q.res ? 0 : len);
+	return q.res;
+}
+
+static int ssd_write(struct kvfs_tier *t, const struct kvfs_extent *e,
+		     uint64_t off, const void *buf, uint64_t len)
+{
+	/* The buffer is only read from; the cast serves the shared path. */
+	return ssd_rw(t, e, off, (void *)buf, len, true);
+}
+
+static int ssd_read(struct kvfs_tier *t, const struct kvfs_extent *e,
+		    uint64_t off, void *buf, uint64_t len)
+{
+	return ssd_rw(t, e, off, buf, len, false);
+}
+
+/* Finish a window of readv requests: results and counters. */
+static void ssd_readv_done(struct kvfs_tier *t, struct kvfs_tier_io *io,
+			   const struct ssd_req *q, size_t n)
+{
+	uint64_t bytes = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		io[q[j].io].res = q[j].res;
+		if (!q[j].res)
+			bytes += io[q[j].io].len;
+	}
+	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, n, bytes);
+}
+
+static int ssd_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+	struct ssd_req q[SSD_RING_DEPTH];
+	struct ssd_ring *r = NULL;
+	size_t nq = 0;
+	int first = 0;
+
+	if (n && !io) {
+		kvfs_err("ssd: readv of %zu ranges with no array", n);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		io[i].res = ssd_check(s, "readv", io[i].ext, io[i].off,
+				      io[i].buf, io[i].len);
+		if (io[i].res || !io[i].len)
+			continue;
+		ssd_req_init(&q[nq++], io[i].ext, io[i].off, io[i].buf,
+			     io[i].len, false, i);
+		if (nq < SSD_RING_DEPTH)
+			continue;
+		if (!s->mem && !r)
+			r = ssd_ring_get(s);
+		ssd_submit(s, r, q, nq);
+		ssd_readv_done(t, io, q, nq);
+		nq = 0;
+	}
+	if (nq) {
+		if (!s->mem && !r)
+			r = ssd_ring_get(s);
+		ssd_submit(s, r, q, nq);
+		ssd_readv_done(t, io, q, nq);
+	}
+	if (r)
+		ssd_ring_put(r);
+	for (size_t i = 0; i < n && !first; i++)
+		first = io[i].res;
+	return first;
+}
+
+static int ssd_sync(struct kvfs_tier *t)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+
+	if (s->mem || (s->flags & KVFS_SSD_NOSYNC))
+		return 0;
+	if (fdatasync(s->fd)) {
+		int err = -errno;
+
+		kvfs_err("ssd: fdatasync: %s", strerror(-err));
+		return err;
+	}
+	return 0;
+}
+
+static int ssd_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+	uint64_t off;
+	int err;
+
+	if (!len) {
+		kvfs_err("ssd: allocation of 0 bytes");
+		return -EINVAL;
+	}
+	if (len > t->capacity)
+		return -ENOSPC;
+	len = kvfs_util_align_up(len, SSD_ALIGN);
+	pthread_mutex_lock(&s->alloc_lock);
+	err = kvfs_extent_alloc(&s->map, len, &off);
+	pthread_mutex_unlock(&s->alloc_lock);
+	if (err)
+		return err;
+	atomic_fetch_add(&t->used, len);
+	e->off = off;
+	e->len = len;
+	e->ptr = NULL;
+	return 0;
+}
+
+static void ssd_free(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+	int err;
+
+	pthread_mutex_lock(&s->alloc_lock);
+	err = kvfs_extent_free(&s->map, e->off, e->len);
+	pthread_mutex_unlock(&s->alloc_lock);
+	/* A bad or double free is logged by the map and changes nothing. */
+	if (!err)
+		atomic_fetch_sub(&t->used, e->len);
+}
+
+static int ssd_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+	int err;
+
+	pthread_mutex_lock(&s->alloc_lock);
+	err = kvfs_extent_claim(&s->map, e->off, e->len);
+	pthread_mutex_unlock(&s->alloc_lock);
+	if (!err)
+		atomic_fetch_add(&t->used, e->len);
+	return err;
+}
+
+static void *ssd_map(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	/* Even over memory: callers must take the same path as on a disk. */
+	return NULL;
+}
+
+static void ssd_rings_exit(struct kvfs_tier_ssd *s, unsigned n)
+{
+	while (n--) {
+		io_uring_queue_exit(&s->rings[n].ring);
+		pthread_mutex_destroy(&s->rings[n].lock);
+	}
+	free(s->rings);
+	s->rings = NULL;
+}
+
+static void ssd_release(struct kvfs_tier *t)
+{
+	struct kvfs_tier_ssd *s = to_ssd(t);
+
+	if (s->rings)
+		ssd_rings_exit(s, s->nrings);
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->mem)
+		munmap(s->mem, (size_t)s->size);
+	kvfs_extent_release(&s->map);
+	pthread_mutex_destroy(&s->alloc_lock);
+	free(s);
+}
+
+static const struct kvfs_tier_ops ssd_ops = {
+	.name = "ssd",
+	.alloc = ssd_alloc,
+	.free = ssd_free,
+	.claim = ssd_claim,
+	.write = ssd_write,
+	.read = ssd_read,
+	.readv = ssd_readv,
+	.sync = ssd_sync,
+	.map = ssd_map,
+	.release = ssd_release,
+};
+
+/* The size of the open data file or block device. */
+static int ssd_file_size(const char *path, int fd, uint64_t *out)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (S_ISREG(st.st_mode)) {
+		*out = (uint64_t)st.st_size;
+		return 0;
+	}
+	if (S_ISBLK(st.st_mode)) {
+		if (ioctl(fd, BLKGETSIZE64, out))
+			return -errno;
+		return 0;
+	}
+	kvfs_err("ssd: %s is neither a regular file nor a block device", path);
+	return -EINVAL;
+}
+
+static int ssd_open(struct kvfs_tier_ssd *s, const char *path)
+{
+	uint64_t have;
+	int err;
+
+	s->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (s->fd < 0) {
+		err = -errno;
+		if (err == -EINVAL)
+			kvfs_err("ssd: %s: the filesystem refuses O_DIRECT",
+				 path);
+		else
+			kvfs_err("ssd: cannot open %s: %s", path,
+				 strerror(-err));
+		return err;
+	}
+	err = ssd_file_size(path, s->fd, &have);
+	if (err)
+		goto out_close_fd;
+	if (have < s->size) {
+		kvfs_err("ssd: %s holds %" PRIu64 " bytes, expected %" PRIu64,
+			 path, have, s->size);
+		err = -EINVAL;
+		goto out_close_fd;
+	}
+	s->rings = calloc(s->nrings, sizeof(*s->rings));
+	if (!s->rings) {
+		err = -ENOMEM;
+		goto out_close_fd;
+	}
+	for (unsigned i = 0; i < s->nrings; i++) {
+		err = io_uring_queue_init(SSD_RING_DEPTH, &s->rings[i].ring, 0);
+		if (err) {
+			kvfs_err("ssd: io_uring_queue_init: %s",
+				 strerror(-err));
+			ssd_rings_exit(s, i);
+			goto out_close_fd;
+		}
+		pthread_mutex_init(&s->rings[i].lock, NULL);
+	}
+	return 0;
+
+out_close_fd:
+	close(s->fd);
+	s->fd = -1;
+	return err;
+}
+
+int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
+		       unsigned nrings, unsigned flags, struct kvfs_tier **out)
+{
+	struct kvfs_tier_ssd *s;
+	int err;
+
+	if (flags & ~(unsigned)(KVFS_SSD_MEMORY | KVFS_SSD_NOSYNC) ||
+	    !nrings || nrings > SSD_MAX_RINGS ||
+	    (!path && !(flags & KVFS_SSD_MEMORY))) {
+		kvfs_err("ssd: bad arguments (flags %#x, %u rings, path %s)",
+			 flags, nrings, path ? path : "none");
+		return -EINVAL;
+	}
+	if ((data_off | size) & (SSD_ALIGN - 1) || data_off >= size ||
+	    size > SIZE_MAX) {
+		kvfs_err("ssd: data range [%" PRIu64 ", %" PRIu64
+			 ") is empty or not %u-aligned", data_off, size,
+			 SSD_ALIGN);
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->fd = -1;
+	s->flags = flags;
+	s->data_off = data_off;
+	s->size = size;
+	s->nrings = nrings;
+	err = kvfs_extent_init(&s->map, data_off, size - data_off, SSD_ALIGN);
+	if (err)
+		goto out_free;
+	if (flags & KVFS_SSD_MEMORY) {
+		void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+
+		if (p == MAP_FAILED) {
+			err = -errno;
+			kvfs_err("ssd: cannot map %" PRIu64 " bytes: %s", size,
+				 strerror(-err));
+			goto out_release_map;
+		}
+		s->mem = p;
+	} else {
+		err = ssd_open(s, path);
+		if (err)
+			goto out_release_map;
+	}
+	pthread_mutex_init(&s->alloc_lock, NULL);
+	s->base.ops = &ssd_ops;
+	s->base.id = KVFS_TIER_SSD;
+	s->base.capacity = size - data_off;
+	s->base.align = SSD_ALIGN;
+	*out = &s->base;
+	return 0;
+
+out_release_map:
+	kvfs_extent_release(&s->map);
+out_free:
+	free(s);
+	return err;
+}

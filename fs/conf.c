@@ -1,0 +1,587 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs.conf parser over inih.
+ *
+ * inih does not tell its handler the line number, and it neither reports
+ * empty sections nor keeps section names longer than 49 characters.  So the
+ * text goes to ini_parse_stream() through our own line reader: it counts
+ * lines, notices "[section]" headers itself (an empty namespace section
+ * must still fail for its missing keys, at its own line) and strips leading
+ * blanks, which also turns off inih's indented continuation lines, a
+ * feature that would let a stray indent merge two settings.
+ *
+ * A line must fit inih's buffer (INI_MAX_LINE, 200 bytes with the line
+ * end); a longer one is an error, never silently split.
+ *
+ * Sections and keys are tables: a new section ([tier.gpu], ...) is one more
+ * row in sections[] with its key table.
+ *
+ * Limits (all inclusive; out of range is an error):
+ *   [daemon]     threads 1..1024, log_level err|warn|info|debug,
+ *                log_file (string), flush_ms 1..3600000,
+ *                meta_mapsize 1M..16T
+ *   [tier.dram]  capacity 4K..16T
+ *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
+ *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
+ *                for the policy to check (at most KVFS_CONF_MAX_OPTS)
+ *   [namespace NAME]
+ *                layers 1..1024, kv_heads 1..1024, head_dim 1..4096,
+ *                dtype f16|bf16|f32|f8_e4m3, block_tokens 1..65536,
+ *                chunk_tokens 1..block_tokens (a chunk never spans two
+ *                blocks; it need not divide block_tokens: the last chunk
+ *                of a block is then partial and zero-filled),
+ *                hidden_size 1..1048576 (optional: omit it when unknown),
+ *                salt (optional, up to 63 bytes).
+ *                A block file of the geometry may not exceed 4 GiB.
+ * Every non-namespace section may appear once; every key once per section.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include "fs/conf.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+#define MAX_BLOCK_FILE (4ull << 30)
+#define NS_PREFIX "namespace"
+
+_Static_assert(sizeof(unsigned) == sizeof(uint32_t),
+	       "unsigned config fields are parsed as u32");
+
+struct conf_key;
+
+struct conf_state {
+	struct kvfs_conf *c;
+	const char *origin;
+	/* input: exactly one of text or file */
+	const char *text;
+	FILE *file;
+	unsigned lineno;
+	/* the current section, as its header spelled it */
+	const struct conf_section *sec;
+	char sec_name[INI_MAX_LINE];
+	unsigned sec_line;
+	uint64_t seen;           /* bit i: key i of sec->keys was set */
+	unsigned sections_seen;  /* bit i: sections[i] appeared */
+	struct kvfs_conf_ns *ns; /* the namespace being filled */
+	/* the first error */
+	bool failed;
+	unsigned err_line;
+	char err[256];
+};
+
+typedef int (*conf_set_fn)(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field);
+
+struct conf_key {
+	const char *name;
+	conf_set_fn set;
+	size_t off; /* of the field in the section's target struct */
+	uint64_t min, max;
+	size_t len; /* string fields: buffer size */
+	bool required;
+};
+
+struct conf_section {
+	const char *name;
+	bool named; /* "[name ARG]" */
+	const struct conf_key *keys;
+	/* Start a section: point the state at its target. 0 or -EINVAL. */
+	int (*begin)(struct conf_state *st, const char *arg);
+	/* Check the whole section once it ends. 0 or -EINVAL. */
+	int (*end)(struct conf_state *st);
+	/* A key not in keys[]: NULL makes it an error. */
+	int (*other)(struct conf_state *st, const char *key, const char *val);
+	/* The struct keys[].off is relative to. */
+	void *(*target)(struct conf_state *st);
+};
+
+static int fail(struct conf_state *st, unsigned line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct conf_state *st, unsigned line, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (st->failed)
+		return -EINVAL;
+	st->failed = true;
+	st->err_line = line;
+	va_start(ap, fmt);
+	vsnprintf(st->err, sizeof(st->err), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* ---- value setters ---- */
+
+static int set_u32(struct conf_state *st, const struct conf_key *k,
+		   const char *val, void *field)
+{
+	uint32_t v;
+
+	if (kvfs_util_parse_u32(val, &v) || v < k->min || v > k->max)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected a whole number in %llu..%llu",
+			    k->name, val, (unsigned long long)k->min,
+			    (unsigned long long)k->max);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_size(struct conf_state *st, const struct conf_key *k,
+		    const char *val, void *field)
+{
+	uint64_t v;
+	char lo[16], hi[16];
+
+	if (kvfs_util_parse_size(val, &v) || v < k->min || v > k->max)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected a size in %s..%s (e.g. 64M)",
+			    k->name, val,
+			    kvfs_util_fmt_size(k->min, lo, sizeof(lo)),
+			    kvfs_util_fmt_size(k->max, hi, sizeof(hi)));
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_str(struct conf_state *st, const struct conf_key *k,
+		   const char *val, void *field)
+{
+	size_t n = strlen(val);
+
+	if (n >= k->len)
+		return fail(st, st->lineno, "%s: value longer than %zu bytes",
+			    k->name, k->len - 1);
+	memcpy(field, val, n + 1);
+	return 0;
+}
+
+static int set_log_level(struct conf_state *st, const struct conf_key *k,
+			 const char *val, void *field)
+{
+	int lvl = kvfs_log_level_parse(val);
+
+	if (lvl < 0)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected err, warn, info or debug",
+			    k->name, val);
+	memcpy(field, &lvl, sizeof(lvl));
+	return 0;
+}
+
+static int set_dtype(struct conf_state *st, const struct conf_key *k,
+		     const char *val, void *field)
+{
+	int d = kvfs_fmt_dtype_parse(val);
+	uint16_t v;
+
+	if (d < 0)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected f16, bf16, f32 or f8_e4m3",
+			    k->name, val);
+	v = (uint16_t)d;
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_policy_name(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field)
+{
+	size_t n = strlen(val);
+
+	if (!n || n >= k->len || strspn(val, "abcdefghijklmnopqrstuvwxyz"
+				       "0123456789_-") != n)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected 1..%zu of [a-z0-9_-]",
+			    k->name, val, k->len - 1);
+	memcpy(field, val, n + 1);
+	return 0;
+}
+
+/* ---- sections ---- */
+
+#define U32(kname, type, field, lo, hi, req) \
+	{ kname, set_u32, offsetof(type, field), lo, hi, 0, req }
+#define SIZE(kname, type, field, lo, hi) \
+	{ kname, set_size, offsetof(type, field), lo, hi, 0, false }
+#define STR(kname, type, field, fn) \
+	{ kname, fn, offsetof(type, field), 0, 0, \
+	  sizeof(((type *)0)->field), false }
+
+static const struct conf_key daemon_keys[] = {
+	U32("threads", struct kvfs_conf, threads, 1, 1024, false),
+	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
+	  0, 0, 0, false },
+	STR("log_file", struct kvfs_conf, log_file, set_str),
+	U32("flush_ms", struct kvfs_conf, flush_ms, 1, 3600000, false),
+	SIZE("meta_mapsize", struct kvfs_conf, meta_mapsize, 1ull << 20,
+	     16ull << 40),
+	{ NULL },
+};
+
+static const struct conf_key dram_keys[] = {
+	SIZE("capacity", struct kvfs_conf, dram_capacity, 4096, 16ull << 40),
+	{ NULL },
+};
+
+static const struct conf_key ssd_keys[] = {
+	U32("rings", struct kvfs_conf, ssd_rings, 1, 64, false),
+	U32("writeback_batch", struct kvfs_conf, writeback_batch, 1, 4096,
+	    false),
+	{ NULL },
+};
+
+static const struct conf_key policy_keys[] = {
+	STR("name", struct kvfs_conf, policy, set_policy_name),
+	{ NULL },
+};
+
+#define G(f) geom.f
+static const struct conf_key ns_keys[] = {
+	U32("layers", struct kvfs_conf_ns, G(n_layers), 1, 1024, true),
+	U32("kv_heads", struct kvfs_conf_ns, G(n_kv_heads), 1, 1024, true),
+	U32("head_dim", struct kvfs_conf_ns, G(head_dim), 1, 4096, true),
+	{ "dtype", set_dtype, offsetof(struct kvfs_conf_ns, G(dtype)), 0, 0, 0,
+	  true },
+	U32("block_tokens", struct kvfs_conf_ns, G(block_tokens), 1, 65536,
+	    true),
+	/* the upper bound is block_tokens, checked when the section ends */
+	U32("chunk_tokens", struct kvfs_conf_ns, G(chunk_tokens), 1, 65536,
+	    true),
+	U32("hidden_size", struct kvfs_conf_ns, G(hidden_size), 1, 1u << 20,
+	    false),
+	STR("salt", struct kvfs_conf_ns, salt, set_str),
+	{ NULL },
+};
+#undef G
+
+static void *conf_target(struct conf_state *st)
+{
+	return st->c;
+}
+
+static void *ns_target(struct conf_state *st)
+{
+	return st->ns;
+}
+
+static int policy_other(struct conf_state *st, const char *key,
+			const char *val)
+{
+	struct kvfs_conf *c = st->c;
+
+	for (size_t i = 0; i < c->n_policy_opts; i++)
+		if (!strcmp(c->policy_keys[i], key))
+			return fail(st, st->lineno,
+				    "duplicate key '%s' in [%s]", key,
+				    st->sec_name);
+	if (c->n_policy_opts >= KVFS_CONF_MAX_OPTS)
+		return fail(st, st->lineno, "more than %d policy options",
+			    KVFS_CONF_MAX_OPTS);
+	if (strlen(key) >= sizeof(c->policy_keys[0]) ||
+	    strlen(val) >= sizeof(c->policy_vals[0]))
+		return fail(st, st->lineno,
+			    "policy option '%s' or its value is too long", key);
+	strcpy(c->policy_keys[c->n_policy_opts], key);
+	strcpy(c->policy_vals[c->n_policy_opts], val);
+	c->n_policy_opts++;
+	return 0;
+}
+
+static int ns_begin(struct conf_state *st, const char *name)
+{
+	struct kvfs_conf *c = st->c;
+
+	if (kvfs_conf_ns_name_ok(name))
+		return fail(st, st->lineno,
+			    "bad namespace name '%s': 1..%d of [A-Za-z0-9._-], "
+			    "not starting with '.'",
+			    name, KVFS_NS_NAME_MAX - 1);
+	for (size_t i = 0; i < c->n_ns; i++)
+		if (!strcmp(c->ns[i].name, name))
+			return fail(st, st->lineno,
+				    "duplicate namespace '%s'", name);
+	if (c->n_ns >= KVFS_CONF_MAX_NS)
+		return fail(st, st->lineno, "more than %d namespaces",
+			    KVFS_CONF_MAX_NS);
+	st->ns = &c->ns[c->n_ns++];
+	memset(st->ns, 0, sizeof(*st->ns));
+	strcpy(st->ns->name, name);
+	return 0;
+}
+
+static int ns_end(struct conf_state *st)
+{
+	const struct kvfs_geom *g = &st->ns->geom;
+	uint64_t max = kvfs_fmt_max_file_size(g);
+
+	if (g->chunk_tokens > g->block_tokens)
+		return fail(st, st->sec_line,
+			    "[%s]: chunk_tokens %u exceeds block_tokens %u",
+			    st->sec_name, g->chunk_tokens, g->block_tokens);
+	if (!max || max > MAX_BLOCK_FILE)
+		return fail(st, st->sec_line,
+			    "[%s]: a block of this geometry exceeds 4G",
+			    st->sec_name);
+	return 0;
+}
+
+static const struct conf_section sections[] = {
+	{ .name = "daemon", .keys = daemon_keys, .target = conf_target },
+	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
+	{ .name = "tier.ssd", .keys = ssd_keys, .target = conf_target },
+	{ .name = "policy", .keys = policy_keys, .target = conf_target,
+	  .other = policy_other },
+	{ .name = NS_PREFIX, .named = true, .keys = ns_keys,
+	  .target = ns_target, .begin = ns_begin, .end = ns_end },
+};
+
+#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
+_Static_assert(N_SECTIONS <= 32, "sections_seen is 32 bits");
+
+/* ---- section tracking ---- */
+
+static int section_end(struct conf_state *st)
+{
+	const struct conf_section *s = st->sec;
+
+	if (!s)
+		return 0;
+	st->sec = NULL;
+	for (size_t i = 0; s->keys[i].name; i++)
+		if (s->keys[i].required && !(st->seen & (1ull << i)))
+			return fail(st, st->sec_line,
+				    "[%s]: missing required key '%s'",
+				    st->sec_name, s->keys[i].name);
+	return s->end ? s->end(st) : 0;
+}
+
+static int section_begin(struct conf_state *st, const char *hdr, size_t len)
+{
+	const struct conf_section *s = NULL;
+	const char *arg = NULL;
+	size_t i;
+	int rc = section_end(st);
+
+	if (rc)
+		return rc;
+	while (len && (hdr[len - 1] == ' ' || hdr[len - 1] == '\t'))
+		len--;
+	snprintf(st->sec_name, sizeof(st->sec_name), "%.*s", (int)len, hdr);
+	st->sec_line = st->lineno;
+	st->seen = 0;
+	for (i = 0; i < N_SECTIONS; i++) {
+		size_t n = strlen(sections[i].name);
+
+		if (strncmp(st->sec_name, sections[i].name, n))
+			continue;
+		if (!sections[i].named && !st->sec_name[n]) {
+			s = &sections[i];
+			break;
+		}
+		if (sections[i].named && (st->sec_name[n] == ' ' ||
+					  st->sec_name[n] == '\t')) {
+			s = &sections[i];
+			arg = st->sec_name + n + strspn(st->sec_name + n, " \t");
+			break;
+		}
+		if (sections[i].named && !st->sec_name[n])
+			return fail(st, st->lineno,
+				    "[%s] needs a name: [%s NAME]",
+				    st->sec_name, sections[i].name);
+	}
+	if (!s)
+		return fail(st, st->lineno, "unknown section [%s]",
+			    st->sec_name);
+	if (!s->named) {
+		if (st->sections_seen & (1u << i))
+			return fail(st, st->lineno, "duplicate section [%s]",
+				    st->sec_name);
+		st->sections_seen |= 1u << i;
+	}
+	if (s->begin && (rc = s->begin(st, arg)))
+		return rc;
+	st->sec = s;
+	return 0;
+}
+
+/* ---- inih glue ---- */
+
+static int conf_handler(void *user, const char *section, const char *name,
+			const char *value)
+{
+	struct conf_state *st = user;
+	const struct conf_section *s = st->sec;
+	size_t i;
+
+	if (st->failed)
+		return 0;
+	if (!s) {
+		fail(st, st->lineno, "'%s' outside of any section", name);
+		return 0;
+	}
+	for (i = 0; s->keys[i].name; i++)
+		if (!strcmp(s->keys[i].name, name))
+			break;
+	if (!s->keys[i].name) {
+		if (!s->other)
+			fail(st, st->lineno, "unknown key '%s' in [%s]", name,
+			     st->sec_name);
+		else
+			s->other(st, name, value);
+		return !st->failed;
+	}
+	if (st->seen & (1ull << i)) {
+		fail(st, st->lineno, "duplicate key '%s' in [%s]", name,
+		     st->sec_name);
+		return 0;
+	}
+	st->seen |= 1ull << i;
+	s->keys[i].set(st, &s->keys[i], value,
+		       (char *)s->target(st) + s->keys[i].off);
+	return !st->failed;
+}
+
+/* One line of the input into @buf (fgets semantics); NULL at the end. */
+static char *next_line(struct conf_state *st, char *buf, int size)
+{
+	size_t n;
+
+	if (st->file)
+		return fgets(buf, size, st->file);
+	if (!*st->text)
+		return NULL;
+	n = strcspn(st->text, "\n");
+	if (st->text[n] == '\n')
+		n++;
+	if (n > (size_t)size - 1)
+		n = (size_t)size - 1;
+	memcpy(buf, st->text, n);
+	buf[n] = '\0';
+	st->text += n;
+	return buf;
+}
+
+static char *conf_reader(char *buf, int size, void *stream)
+{
+	struct conf_state *st = stream;
+	char *p, *end;
+	size_t n;
+
+	/* Stop at the first error: later lines would only add noise. */
+	if (st->failed || size < 2 || !next_line(st, buf, size))
+		return NULL;
+	st->lineno++;
+	n = strlen(buf);
+	if (n == (size_t)size - 1 && buf[n - 1] != '\n') {
+		bool at_end = st->file ? (ungetc(getc(st->file), st->file) == EOF)
+				       : !*st->text;
+
+		if (!at_end) {
+			fail(st, st->lineno, "line longer than %d bytes",
+			     size - 2);
+			return NULL;
+		}
+	}
+	if (st->lineno == 1 && !strncmp(buf, "\xef\xbb\xbf", 3))
+		memmove(buf, buf + 3, strlen(buf + 3) + 1);
+	p = buf + strspn(buf, " \t\r\v\f");
+	memmove(buf, p, strlen(p) + 1);
+	if (buf[0] == '[') {
+		end = strchr(buf, ']');
+		/* without ']' inih reports the line as a syntax error */
+		if (end && section_begin(st, buf + 1, (size_t)(end - buf - 1)))
+			return NULL;
+	}
+	return buf;
+}
+
+int kvfs_conf_ns_name_ok(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (!n || n >= KVFS_NS_NAME_MAX || name[0] == '.' ||
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			 "0123456789._-") != n)
+		return -EINVAL;
+	return 0;
+}
+
+void kvfs_conf_defaults(struct kvfs_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->threads = 16;
+	c->log_level = KVFS_LOG_INFO;
+	c->flush_ms = 1000;
+	c->meta_mapsize = 1ull << 30;
+	c->dram_capacity = 256ull << 20;
+	c->ssd_rings = 4;
+	c->writeback_batch = 64;
+	strcpy(c->policy, "lru");
+}
+
+/* Runs the parse for either input; starts from the defaults. */
+static int conf_run(struct conf_state *st)
+{
+	int line;
+
+	kvfs_conf_defaults(st->c);
+	line = ini_parse_stream(conf_reader, st, conf_handler, st);
+	if (!st->failed) {
+		if (line > 0)
+			fail(st, (unsigned)line,
+			     "syntax error: expected [section] or key = value");
+		else if (line < 0)
+			fail(st, st->lineno, "cannot parse (error %d)", line);
+		else
+			section_end(st);
+	} else if (line > 0 && (unsigned)line < st->err_line) {
+		/* inih's syntax error came before our own */
+		st->err_line = (unsigned)line;
+		snprintf(st->err, sizeof(st->err),
+			 "syntax error: expected [section] or key = value");
+	}
+	if (st->failed) {
+		kvfs_err("%s:%u: %s", st->origin, st->err_line, st->err);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvfs_conf_parse(const char *text, const char *origin,
+		    struct kvfs_conf *c)
+{
+	struct conf_state st = {
+		.c = c,
+		.origin = origin ? origin : "<string>",
+		.text = text ? text : "",
+	};
+
+	return conf_run(&st);
+}
+
+int kvfs_conf_load(const char *path, struct kvfs_conf *c)
+{
+	struct conf_state st = { .c = c, .origin = path };
+	int rc;
+
+	st.file = fopen(path, "re");
+	if (!st.file) {
+		rc = -errno;
+		kvfs_err("%s: cannot open config: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = conf_run(&st);
+	if (!rc && ferror(st.file)) {
+		kvfs_err("%s: read error", path);
+		rc = -EIO;
+	}
+	fclose(st.file);
+	return rc;
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs.conf: INI, parsed with inih.  Strict: an unknown section or key, a
+ * malformed value or a duplicate namespace is an error naming the file,
+ * the line and the reason, so a typo never silently changes behaviour.
+ * docs/config.md documents every key; the repository's kvfs.conf is a
+ * commented example.
+ *
+ * Not thread-safe; the daemon loads the config once at start.
+ */
+#ifndef KVFS_FS_CONF_H
+#define KVFS_FS_CONF_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "meta/fmt.h"
+#include "meta/meta.h"
+
+#define KVFS_CONF_MAX_NS 64
+#define KVFS_CONF_MAX_OPTS 32
+#define KVFS_CONF_STR 256
+
+struct kvfs_conf_ns {
+	char name[KVFS_NS_NAME_MAX];
+	char salt[KVFS_NS_SALT_MAX];
+	struct kvfs_geom geom;
+};
+
+struct kvfs_conf {
+	/* [daemon] */
+	unsigned threads;          /* max FUSE worker threads (default 16) */
+	int log_level;             /* enum kvfs_log_level (default info) */
+	char log_file[KVFS_CONF_STR]; /* "" = STORE/kvfs.log when daemonised */
+	unsigned flush_ms;         /* batched hit/last-access commits (1000) */
+	uint64_t meta_mapsize;     /* LMDB map size (default 1G) */
+	/* [tier.dram] */
+	uint64_t dram_capacity;    /* bytes (default 256M) */
+	/* [tier.ssd] */
+	unsigned ssd_rings;        /* io_uring instances (default 4) */
+	unsigned writeback_batch;  /* blocks per write-back batch (default 64) */
+	/* [policy] */
+	char policy[32];           /* default "lru" */
+	size_t n_policy_opts;
+	char policy_keys[KVFS_CONF_MAX_OPTS][64];
+	char policy_vals[KVFS_CONF_MAX_OPTS][128];
+	/* [namespace NAME] sections */
+	size_t n_ns;
+	struct kvfs_conf_ns ns[KVFS_CONF_MAX_NS];
+};
+
+/* Fill @c with the defaults above and no namespaces. */
+void kvfs_conf_defaults(struct kvfs_conf *c);
+
+/*
+ * kvfs_conf_load() - read and check a config file.
+ * Returns 0; -ENOENT/-EACCES if it cannot be opened; -EINVAL for any
+ * syntax or value error. Every error is logged as "PATH:LINE: reason".
+ */
+int kvfs_conf_load(const char *path, struct kvfs_conf *c);
+/* The same from a string; @origin names it in log lines. */
+int kvfs_conf_parse(const char *text, const char *origin,
+		    struct kvfs_conf *c);
+
+/* A namespace name is 1..63 of [A-Za-z0-9._-], not starting with '.'.
+ * Returns 0 or -EINVAL.
+ */
+int kvfs_conf_ns_name_ok(const char *name);
+
+#endif

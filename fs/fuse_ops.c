@@ -1,0 +1,993 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FUSE low-level operations.  Layout of the mount:
+ *
+ *   /                  root: one directory per namespace, and .kvfs
+ *   /.kvfs/stats       engine statistics, "key value" lines
+ *   /NS/<32 hex>.kv    one immutable file per committed prefix block
+ *
+ * Each handler turns the engine's 0 / -errno into exactly one reply.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "cache/policy.h"
+#include "cache/tier.h"
+#include "fs/fuse_ops.h"
+#include "meta/log.h"
+#include "meta/meta.h"
+#include "meta/util.h"
+
+#define XATTR_PREFIX "user.kvfs."
+
+enum fh_kind {
+	FH_READ = 1,   /* a committed block opened read-only */
+	FH_WRITE,      /* a new block being written */
+	FH_TEXT,       /* a generated text file (.kvfs/stats) */
+};
+
+struct kvfs_fh {
+	enum fh_kind kind;
+	pthread_mutex_t lock;        /* FH_WRITE: guards p, b, rc */
+	struct kvfs_reader r;        /* FH_READ */
+	struct kvfs_pending *p;      /* FH_WRITE before commit */
+	struct kvfs_block *b;        /* FH_WRITE after commit */
+	int rc;                      /* FH_WRITE: the commit's result */
+	char *text;                  /* FH_TEXT */
+	size_t text_len;
+};
+
+static struct kvfs_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct kvfs_fh *fh_of(struct fuse_file_info *fi)
+{
+	return (struct kvfs_fh *)(uintptr_t)fi->fh;
+}
+
+static void reply_rc(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, rc < 0 ? -rc : rc);
+}
+
+/* ------------------------------------------------------------ attributes */
+
+static void dir_attr(struct stat *st, uint64_t ino, nlink_t nlink)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = S_IFDIR | 0755;
+	st->st_nlink = nlink;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_blksize = 4096;
+}
+
+static void block_attr(struct kvfs_block *b, struct stat *st)
+{
+	struct kvfs_block_info bi;
+
+	kvfs_block_info(b, &bi);
+	memset(st, 0, sizeof(*st));
+	st->st_ino = bi.ino;
+	/* Committed blocks are immutable: read-only for everyone. */
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_size = (off_t)bi.size;
+	st->st_blocks = (blkcnt_t)((bi.size + 511) / 512);
+	st->st_blksize = 1 << 20;
+	st->st_mtim.tv_sec = (time_t)(bi.created / 1000000000ull);
+	st->st_mtim.tv_nsec = (long)(bi.created % 1000000000ull);
+	st->st_ctim = st->st_mtim;
+	st->st_atim.tv_sec = (time_t)(bi.last_access / 1000000000ull);
+	st->st_atim.tv_nsec = (long)(bi.last_access % 1000000000ull);
+}
+
+/* A file being written: writable by its writer, size still growing. */
+static void pending_stat(uint64_t ino, uint64_t size, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = S_IFREG | 0644;
+	st->st_nlink = 1;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_size = (off_t)size;
+	st->st_blksize = 1 << 20;
+}
+
+static void pending_attr(struct kvfs_pending *p, struct stat *st)
+{
+	pending_stat(kvfs_pending_ino(p), kvfs_pending_size(p), st);
+}
+
+static void text_attr(struct stat *st, uint64_t ino)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_size = 0; /* generated at open; read with direct I/O */
+	st->st_blksize = 4096;
+}
+
+/* Attributes of any inode; -ENOENT for a stale one. */
+static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
+{
+	struct kvfs_block *b;
+	struct kvfs_ns *ns;
+
+	switch (ino) {
+	case KVFS_INO_ROOT:
+		dir_attr(st, ino, 3 + kvfs_cache_ns_count(fs->c));
+		return 0;
+	case KVFS_INO_CTLDIR:
+		dir_attr(st, ino, 2);
+		return 0;
+	case KVFS_INO_STATS:
+		text_attr(st, ino);
+		return 0;
+	default:
+		break;
+	}
+	ns = kvfs_cache_ns_by_ino(fs->c, ino);
+	if (ns) {
+		dir_attr(st, ino, 2);
+		return 0;
+	}
+	if (kvfs_cache_get(fs->c, ino, &b) == 0) {
+		block_attr(b, st);
+		kvfs_cache_put(fs->c, b);
+		return 0;
+	}
+	uint64_t size;
+	if (kvfs_cache_pending_size(fs->c, ino, &size) == 0) {
+		pending_stat(ino, size, st);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct kvfs_block *b;
+	struct kvfs_ns *ns;
+	int rc;
+
+	memset(&e, 0, sizeof(e));
+	e.entry_timeout = fs->entry_timeout;
+	e.attr_timeout = fs->attr_timeout;
+	if (parent == KVFS_INO_ROOT) {
+		if (!strcmp(name, ".kvfs")) {
+			e.ino = KVFS_INO_CTLDIR;
+		} else {
+			ns = kvfs_cache_ns_by_name(fs->c, name);
+			if (!ns) {
+				fuse_reply_err(req, ENOENT);
+				return;
+			}
+			e.ino = kvfs_ns_ino(ns);
+		}
+	} else if (parent == KVFS_INO_CTLDIR) {
+		if (strcmp(name, "stats")) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		e.ino = KVFS_INO_STATS;
+		e.attr_timeout = 0;
+	} else {
+		ns = kvfs_cache_ns_by_ino(fs->c, parent);
+		if (!ns) {
+			fuse_reply_err(req, ENOTDIR);
+			return;
+		}
+		rc = kvfs_cache_lookup(fs->c, ns, name, &b);
+		if (rc) {
+			/* Not a block name: simply absent (ENOENT), so that
+			 * tools probing for other files behave.
+			 */
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		block_attr(b, &e.attr);
+		e.ino = e.attr.st_ino;
+		kvfs_cache_put(fs->c, b);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	rc = ino_attr(fs, e.ino, &e.attr);
+	if (rc)
+		reply_rc(req, rc);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_fh *fh = fi ? fh_of(fi) : NULL;
+	struct stat st;
+	int rc;
+
+	/* A file being written is known only to its writer's handle. */
+	if (fh && fh->kind == FH_WRITE) {
+		pthread_mutex_lock(&fh->lock);
+		if (fh->p)
+			pending_attr(fh->p, &st);
+		else if (fh->b)
+			block_attr(fh->b, &st);
+		rc = (fh->p || fh->b) ? 0 : -ENOENT;
+		pthread_mutex_unlock(&fh->lock);
+	} else {
+		rc = ino_attr(fs, ino, &st);
+	}
+	if (rc)
+		reply_rc(req, rc);
+	else
+		fuse_reply_attr(req, &st,
+				(st.st_mode & S_IWUSR) ? 0 : fs->attr_timeout);
+}
+
+static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			 int to_set, struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_fh *fh = fi ? fh_of(fi) : NULL;
+	struct stat st;
+	int rc = 0;
+
+	if (!fh || fh->kind != FH_WRITE) {
+		/* Everything but the new block's own writer sees an immutable
+		 * file.
+		 */
+		rc = ino_attr(fs, ino, &st);
+		reply_rc(req, rc ? rc : -EPERM);
+		return;
+	}
+	pthread_mutex_lock(&fh->lock);
+	if (!fh->p) {
+		rc = -EPERM;
+	} else {
+		if (to_set & FUSE_SET_ATTR_SIZE)
+			rc = kvfs_cache_truncate(fh->p,
+						 (uint64_t)attr->st_size);
+		/* Mode, owner and times of a file being written are not
+		 * kept: a committed block is always 0444.
+		 */
+		if (!rc)
+			pending_attr(fh->p, &st);
+	}
+	pthread_mutex_unlock(&fh->lock);
+	if (rc)
+		reply_rc(req, rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* ---------------------------------------------------------------- readdir */
+
+struct dirbuf {
+	fuse_req_t req;
+	char *buf;
+	size_t size, used;
+};
+
+/* Returns 1 when the buffer is full. */
+static int dirbuf_add(struct dirbuf *d, const char *name, uint64_t ino,
+		      mode_t mode, off_t next)
+{
+	struct stat st = { .st_ino = ino, .st_mode = mode };
+	size_t n = fuse_add_direntry(d->req, d->buf + d->used,
+				     d->size - d->used, name, &st, next);
+
+	if (n > d->size - d->used)
+		return 1;
+	d->used += n;
+	return 0;
+}
+
+static int add_block(const char *name, uint64_t ino, void *arg)
+{
+	/* The offset cookie is the inode: stable while blocks come and go. */
+	return dirbuf_add(arg, name, ino, S_IFREG, (off_t)ino);
+}
+
+static void kvfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			 off_t off, struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct dirbuf d = { .req = req, .size = size };
+	struct kvfs_ns *ns = NULL;
+
+	if (ino != KVFS_INO_ROOT && ino != KVFS_INO_CTLDIR) {
+		ns = kvfs_cache_ns_by_ino(fs->c, ino);
+		if (!ns) {
+			fuse_reply_err(req, ENOTDIR);
+			return;
+		}
+	}
+	d.buf = malloc(size);
+	if (!d.buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	/* Offsets 1 and 2 are "." and ".."; then entries. */
+	if (off < 1 && dirbuf_add(&d, ".", ino, S_IFDIR, 1))
+		goto out_reply;
+	if (off < 2 && dirbuf_add(&d, "..", KVFS_INO_ROOT, S_IFDIR, 2))
+		goto out_reply;
+	if (ino == KVFS_INO_ROOT) {
+		size_t n = kvfs_cache_ns_count(fs->c);
+
+		if (off < 3 && dirbuf_add(&d, ".kvfs", KVFS_INO_CTLDIR,
+					  S_IFDIR, 3))
+			goto out_reply;
+		for (size_t i = off > 3 ? (size_t)off - 3 : 0; i < n; i++) {
+			struct kvfs_ns *x = kvfs_cache_ns_at(fs->c, i);
+
+			if (dirbuf_add(&d, kvfs_ns_name(x), kvfs_ns_ino(x),
+				       S_IFDIR, (off_t)(4 + i)))
+				break;
+		}
+	} else if (ino == KVFS_INO_CTLDIR) {
+		if (off < 3)
+			dirbuf_add(&d, "stats", KVFS_INO_STATS, S_IFREG, 3);
+	} else {
+		kvfs_ns_list(ns, off < 2 ? 0 : (uint64_t)off, add_block, &d);
+	}
+out_reply:
+	fuse_reply_buf(req, d.buf, d.used);
+	free(d.buf);
+}
+
+/* ------------------------------------------------------------ open/create */
+
+static struct kvfs_fh *fh_new(enum fh_kind kind)
+{
+	struct kvfs_fh *fh = calloc(1, sizeof(*fh));
+
+	if (fh) {
+		fh->kind = kind;
+		pthread_mutex_init(&fh->lock, NULL);
+	}
+	return fh;
+}
+
+static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
+{
+	switch (fh->kind) {
+	case FH_READ:
+		kvfs_cache_reader_release(fs->c, &fh->r);
+		break;
+	case FH_WRITE:
+		kvfs_cache_abandon(fs->c, fh->p);
+		kvfs_cache_put(fs->c, fh->b);
+		break;
+	case FH_TEXT:
+		free(fh->text);
+		break;
+	}
+	pthread_mutex_destroy(&fh->lock);
+	free(fh);
+}
+
+static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
+		      struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_block *b;
+	struct kvfs_fh *fh;
+	int rc;
+
+	if (ino == KVFS_INO_STATS) {
+		if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+		fh = fh_new(FH_TEXT);
+		if (!fh) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		rc = kvfs_cache_stats(fs->c, &fh->text, &fh->text_len);
+		if (rc) {
+			fh_free(fs, fh);
+			reply_rc(req, rc);
+			return;
+		}
+		fi->direct_io = 1;
+		fi->fh = (uintptr_t)fh;
+		if (fuse_reply_open(req, fi) == -ENOENT)
+			fh_free(fs, fh);
+		return;
+	}
+	rc = kvfs_cache_get(fs->c, ino, &b);
+	if (rc) {
+		fuse_reply_err(req, kvfs_cache_ns_by_ino(fs->c, ino) ||
+						    ino == KVFS_INO_ROOT ||
+						    ino == KVFS_INO_CTLDIR
+					    ? EISDIR
+					    : ENOENT);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		/* Committed blocks are immutable. */
+		kvfs_cache_put(fs->c, b);
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	fh = fh_new(FH_READ);
+	if (!fh) {
+		kvfs_cache_put(fs->c, b);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rc = kvfs_cache_reader_init(fs->c, &fh->r, b);
+	if (rc) {
+		fh->kind = FH_TEXT; /* nothing to release */
+		fh_free(fs, fh);
+		reply_rc(req, rc);
+		return;
+	}
+	/* The bytes of a block never change, so the page cache may keep
+	 * them across opens: mmap re-reads run at page-cache speed.
+	 */
+	fi->keep_cache = 1;
+	fi->fh = (uintptr_t)fh;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(fs, fh);
+}
+
+static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			mode_t mode, struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
+	struct kvfs_pending *p;
+	struct kvfs_fh *fh;
+	int rc;
+
+	if (!ns) {
+		/* Only namespace directories hold blocks. */
+		fuse_reply_err(req, parent == KVFS_INO_ROOT ||
+						    parent == KVFS_INO_CTLDIR
+					    ? EPERM
+					    : ENOTDIR);
+		return;
+	}
+	rc = kvfs_cache_create(fs->c, ns, name, &p);
+	if (rc) {
+		reply_rc(req, rc);
+		return;
+	}
+	fh = fh_new(FH_WRITE);
+	if (!fh) {
+		kvfs_cache_abandon(fs->c, p);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fh->p = p;
+	memset(&e, 0, sizeof(e));
+	e.ino = kvfs_pending_ino(p);
+	pending_attr(p, &e.attr);
+	/* Not cached: the name must not resolve for others until commit. */
+	e.entry_timeout = 0;
+	e.attr_timeout = 0;
+	fi->direct_io = 1;
+	fi->fh = (uintptr_t)fh;
+	if (fuse_reply_create(req, &e, fi) == -ENOENT)
+		fh_free(fs, fh);
+}
+
+/* ------------------------------------------------------------------- I/O */
+
+static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_fh *fh = fh_of(fi);
+	struct kvfs_reader r;
+	const void *p;
+	size_t n;
+	int rc;
+
+	switch (fh->kind) {
+	case FH_TEXT:
+		if ((size_t)off >= fh->text_len)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_buf(req, fh->text + off,
+				       size < fh->text_len - (size_t)off
+					       ? size
+					       : fh->text_len - (size_t)off);
+		return;
+	case FH_WRITE:
+		fuse_reply_err(req, EBADF);
+		return;
+	case FH_READ:
+		break;
+	}
+	/* Concurrent reads on one handle each get their own view of the
+	 * reader; the private copy, once loaded, is shared and immutable.
+	 */
+	pthread_mutex_lock(&fh->lock);
+	r = fh->r;
+	pthread_mutex_unlock(&fh->lock);
+	rc = kvfs_cache_read_begin(fs->c, &r, (uint64_t)off, size, &p, &n);
+	if (rc) {
+		reply_rc(req, rc);
+		return;
+	}
+	fuse_reply_buf(req, p, n);
+	kvfs_cache_read_end(fs->c, &r);
+	if (r.priv && r.priv != fh->r.priv) {
+		pthread_mutex_lock(&fh->lock);
+		if (!fh->r.priv) {
+			fh->r.priv = r.priv;
+			fh->r.priv_len = r.priv_len;
+			r.priv = NULL;
+		}
+		pthread_mutex_unlock(&fh->lock);
+		free(r.priv);
+	}
+}
+
+static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		       size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct kvfs_fh *fh = fh_of(fi);
+	int rc;
+
+	if (fh->kind != FH_WRITE) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	pthread_mutex_lock(&fh->lock);
+	rc = fh->p ? kvfs_cache_write(fh->p, (uint64_t)off, buf, size)
+		   : -EPERM;
+	pthread_mutex_unlock(&fh->lock);
+	if (rc)
+		reply_rc(req, rc);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* Commit the handle's block once; later calls return the first result.
+ * Caller holds fh->lock.
+ */
+static int fh_commit(struct kvfs_fs *fs, struct kvfs_fh *fh)
+{
+	if (fh->p) {
+		fh->rc = kvfs_cache_commit(fs->c, fh->p, &fh->b);
+		fh->p = NULL;
+	}
+	return fh->rc;
+}
+
+static void kvfs_flush(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct kvfs_fh *fh = fh_of(fi);
+	int rc = 0;
+
+	/* close() returns flush's result, not release's: validation and
+	 * commit happen here so that a bad block fails visibly.
+	 */
+	if (fh->kind == FH_WRITE) {
+		pthread_mutex_lock(&fh->lock);
+		rc = fh_commit(fs_of(req), fh);
+		pthread_mutex_unlock(&fh->lock);
+	}
+	reply_rc(req, rc);
+}
+
+static void kvfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		       struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_fh *fh = fh_of(fi);
+	struct kvfs_block *b = NULL;
+	int rc = 0;
+
+	if (fh->kind == FH_WRITE) {
+		pthread_mutex_lock(&fh->lock);
+		rc = fh_commit(fs, fh);
+		b = fh->b;
+		pthread_mutex_unlock(&fh->lock);
+	} else if (fh->kind == FH_READ) {
+		b = fh->r.b;
+	}
+	if (!rc && b)
+		rc = kvfs_cache_sync(fs->c, b);
+	reply_rc(req, rc);
+}
+
+static void kvfs_release(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_file_info *fi)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_fh *fh = fh_of(fi);
+
+	if (fh->kind == FH_WRITE && fh->p) {
+		/* No flush reached us (the writer vanished mid-way): commit
+		 * what is there; a bad block is logged and dropped.
+		 */
+		fh_commit(fs, fh);
+	}
+	fh_free(fs, fh);
+	fuse_reply_err(req, 0);
+}
+
+/* --------------------------------------------------------- namespace ops */
+
+static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
+
+	if (!ns) {
+		fuse_reply_err(req, parent == KVFS_INO_ROOT ||
+						    parent == KVFS_INO_CTLDIR
+					    ? EPERM
+					    : ENOTDIR);
+		return;
+	}
+	reply_rc(req, kvfs_cache_unlink(fs->c, ns, name));
+}
+
+static void kvfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+			fuse_ino_t newparent, const char *newname,
+			unsigned int flags)
+{
+	/* A block's name is its content hash: renaming would lie. */
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		      const char *newname)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       mode_t mode)
+{
+	/* Namespaces come from kvfs.conf, where their geometry is. */
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       mode_t mode, dev_t rdev)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+			 const char *name)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void kvfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct kvfs_cache_fsinfo fi;
+	struct statvfs st;
+
+	kvfs_cache_fsinfo(fs_of(req)->c, &fi);
+	memset(&st, 0, sizeof(st));
+	st.f_bsize = 4096;
+	st.f_frsize = 4096;
+	st.f_blocks = fi.ssd_capacity / 4096;
+	st.f_bfree = fi.ssd_free / 4096;
+	st.f_bavail = st.f_bfree;
+	st.f_files = fi.blocks + st.f_bfree;
+	st.f_ffree = st.f_bfree;
+	st.f_favail = st.f_bfree;
+	st.f_namemax = 255;
+	fuse_reply_statfs(req, &st);
+}
+
+/* ---------------------------------------------------------------- xattrs */
+
+static int tiers_str(unsigned bits, char *buf, size_t len)
+{
+	static const int order[] = { KVFS_TIER_GPU, KVFS_TIER_DRAM,
+				     KVFS_TIER_SSD };
+	size_t used = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < 3; i++) {
+		if (!(bits & (1u << order[i])))
+			continue;
+		used += (size_t)snprintf(buf + used, len - used, "%s%s",
+					 used ? "," : "",
+					 kvfs_tier_name(order[i]));
+	}
+	return (int)used;
+}
+
+/* The value of @name for a block, or -ENODATA. */
+static int block_xattr(struct kvfs_block *b, const char *name, char *v,
+		       size_t len)
+{
+	struct kvfs_block_info bi;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+
+	kvfs_block_info(b, &bi);
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
+		return -ENODATA;
+	name += strlen(XATTR_PREFIX);
+	if (!strcmp(name, "tier"))
+		return tiers_str(bi.tiers, v, len);
+	if (!strcmp(name, "tokens"))
+		return snprintf(v, len, "%u", bi.n_tokens);
+	if (!strcmp(name, "parent")) {
+		kvfs_fmt_key_hex(bi.parent, hex);
+		return snprintf(v, len, "%s", hex);
+	}
+	if (!strcmp(name, "hits"))
+		return snprintf(v, len, "%" PRIu64, bi.hits);
+	if (!strcmp(name, "last_access"))
+		return snprintf(v, len, "%" PRIu64 ".%09" PRIu64,
+				(uint64_t)(bi.last_access / 1000000000ull),
+				(uint64_t)(bi.last_access % 1000000000ull));
+	if (!strcmp(name, "depth"))
+		return snprintf(v, len, "%u", bi.depth);
+	if (!strcmp(name, "durable"))
+		return snprintf(v, len, "%d", bi.persisted ? 1 : 0);
+	if (!strcmp(name, "category"))
+		return snprintf(v, len, "%u", bi.category);
+	if (!strcmp(name, "pin")) {
+		if (!bi.pins)
+			return -ENODATA;
+		return tiers_str(bi.pins, v, len);
+	}
+	return -ENODATA;
+}
+
+static const char *const block_xattrs[] = {
+	"tier", "tokens", "parent", "hits", "last_access", "depth",
+	"durable", "category", "pin",
+};
+
+static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,
+		    size_t len)
+{
+	const struct kvfs_geom *g = kvfs_ns_geom(ns);
+	char hex[KVFS_KEY_HEX_LEN + 1];
+
+	if (!strcmp(name, XATTR_PREFIX "root")) {
+		kvfs_fmt_key_hex(kvfs_ns_root(ns), hex);
+		return snprintf(v, len, "%s", hex);
+	}
+	if (!strcmp(name, XATTR_PREFIX "geometry"))
+		return snprintf(v, len,
+				"layers=%u kv_heads=%u head_dim=%u dtype=%s "
+				"block_tokens=%u chunk_tokens=%u hidden_size=%u",
+				g->n_layers, g->n_kv_heads, g->head_dim,
+				kvfs_fmt_dtype_name(g->dtype), g->block_tokens,
+				g->chunk_tokens, g->hidden_size);
+	if (!strcmp(name, XATTR_PREFIX "blocks"))
+		return snprintf(v, len, "%" PRIu64, kvfs_ns_nblocks(ns));
+	return -ENODATA;
+}
+
+static void reply_value(fuse_req_t req, const char *v, int n, size_t size)
+{
+	if (n < 0)
+		reply_rc(req, n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, v, (size_t)n);
+}
+
+static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			  size_t size)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_block *b;
+	struct kvfs_ns *ns;
+	char v[512];
+	int n = -ENODATA;
+
+	ns = kvfs_cache_ns_by_ino(fs->c, ino);
+	if (ns) {
+		n = ns_xattr(ns, name, v, sizeof(v));
+	} else if (kvfs_cache_get(fs->c, ino, &b) == 0) {
+		n = block_xattr(b, name, v, sizeof(v));
+		kvfs_cache_put(fs->c, b);
+	}
+	reply_value(req, v, n, size);
+}
+
+static void kvfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_block *b;
+	char list[1024], v[512];
+	size_t used = 0;
+
+	if (kvfs_cache_ns_by_ino(fs->c, ino)) {
+		static const char names[] = XATTR_PREFIX "root\0" XATTR_PREFIX
+			"geometry\0" XATTR_PREFIX "blocks";
+
+		memcpy(list, names, sizeof(names));
+		used = sizeof(names);
+	} else if (kvfs_cache_get(fs->c, ino, &b) == 0) {
+		for (size_t i = 0; i < sizeof(block_xattrs) /
+						sizeof(block_xattrs[0]);
+		     i++) {
+			char full[64];
+
+			snprintf(full, sizeof(full), XATTR_PREFIX "%s",
+				 block_xattrs[i]);
+			if (block_xattr(b, full, v, sizeof(v)) < 0)
+				continue;
+			memcpy(list + used, full, strlen(full) + 1);
+			used += strlen(full) + 1;
+		}
+		kvfs_cache_put(fs->c, b);
+	}
+	reply_value(req, list, (int)used, size);
+}
+
+static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			  const char *value, size_t size, int flags)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_block *b;
+	char v[64], junk[512];
+	uint32_t cat;
+	int rc, tier;
+
+	if (kvfs_cache_ns_by_ino(fs->c, ino)) {
+		rc = ns_xattr(kvfs_cache_ns_by_ino(fs->c, ino), name, junk,
+			      sizeof(junk));
+		reply_rc(req, rc >= 0 ? -EPERM : -ENOTSUP);
+		return;
+	}
+	rc = kvfs_cache_get(fs->c, ino, &b);
+	if (rc) {
+		reply_rc(req, ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
+		return;
+	}
+	/* Values are short words; tolerate a trailing newline or NUL. */
+	if (size >= sizeof(v))
+		size = sizeof(v) - 1;
+	memcpy(v, value, size);
+	v[size] = 0;
+	v[strcspn(v, "\n")] = 0;
+	if (!strcmp(name, XATTR_PREFIX "pin")) {
+		tier = kvfs_tier_parse(v);
+		if (tier < 0 || tier == KVFS_TIER_GPU) {
+			kvfs_warn("setxattr %s=%s: expected dram or ssd%s",
+				  name, v,
+				  tier == KVFS_TIER_GPU
+					  ? " (no GPU tier configured)"
+					  : "");
+			rc = -EINVAL;
+		} else {
+			rc = kvfs_cache_pin(fs->c, b, tier);
+		}
+	} else if (!strcmp(name, XATTR_PREFIX "category")) {
+		rc = kvfs_util_parse_u32(v, &cat);
+		if (rc || cat > 0xffff) {
+			kvfs_warn("setxattr %s=%s: expected 0..65535", name, v);
+			rc = -EINVAL;
+		} else {
+			rc = kvfs_cache_set_category(fs->c, b, cat);
+		}
+	} else if (block_xattr(b, name, junk, sizeof(junk)) >= 0 ||
+		   !strcmp(name, XATTR_PREFIX "pin")) {
+		rc = -EPERM;
+	} else {
+		bool ours = !strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX));
+		size_t i;
+
+		for (i = 0; ours && i < sizeof(block_xattrs) /
+						sizeof(block_xattrs[0]);
+		     i++)
+			if (!strcmp(name + strlen(XATTR_PREFIX),
+				    block_xattrs[i]))
+				break;
+		rc = ours && i < sizeof(block_xattrs) / sizeof(block_xattrs[0])
+			     ? -EPERM
+			     : -ENOTSUP;
+	}
+	kvfs_cache_put(fs->c, b);
+	reply_rc(req, rc);
+}
+
+static void kvfs_removexattr(fuse_req_t req, fuse_ino_t ino,
+			     const char *name)
+{
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_block *b;
+	char junk[512];
+	int rc;
+
+	rc = kvfs_cache_get(fs->c, ino, &b);
+	if (rc) {
+		reply_rc(req, kvfs_cache_ns_by_ino(fs->c, ino) ? -EPERM
+							       : -ENODATA);
+		return;
+	}
+	if (!strcmp(name, XATTR_PREFIX "pin")) {
+		struct kvfs_block_info bi;
+
+		kvfs_block_info(b, &bi);
+		rc = bi.pins ? kvfs_cache_unpin(fs->c, b) : -ENODATA;
+	} else if (block_xattr(b, name, junk, sizeof(junk)) >= 0) {
+		rc = -EPERM;
+	} else {
+		rc = -ENODATA;
+	}
+	kvfs_cache_put(fs->c, b);
+	reply_rc(req, rc);
+}
+
+static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* Blocks are megabytes: move them in large requests. */
+	conn->max_write = 1 << 20;
+	conn->max_readahead = 1 << 20;
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+}
+
+const struct fuse_lowlevel_ops kvfs_fuse_ops = {
+	.init = kvfs_init,
+	.lookup = kvfs_lookup,
+	.getattr = kvfs_getattr,
+	.setattr = kvfs_setattr,
+	.readdir = kvfs_readdir,
+	.open = kvfs_open,
+	.create = kvfs_create,
+	.read = kvfs_read,
+	.write = kvfs_write,
+	.flush = kvfs_flush,
+	.fsync = kvfs_fsync,
+	.release = kvfs_release,
+	.unlink = kvfs_unlink,
+	.rename = kvfs_rename,
+	.link = kvfs_link,
+	.mkdir = kvfs_mkdir,
+	.rmdir = kvfs_rmdir,
+	.mknod = kvfs_mknod,
+	.symlink = kvfs_symlink,
+	.statfs = kvfs_statfs,
+	.getxattr = kvfs_getxattr,
+	.listxattr = kvfs_listxattr,
+	.setxattr = kvfs_setxattr,
+	.removexattr = kvfs_removexattr,
+};

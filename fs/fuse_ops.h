@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FUSE low-level operations of kvfs.  This is the only place where an
+ * -errno from the engine becomes a fuse_reply_err(), and every request gets
+ * exactly one reply.
+ *
+ * The session's userdata is a struct kvfs_fs.  Operations run concurrently
+ * on the multi-threaded session loop; all state they share lives in the
+ * cache engine, which does its own locking.
+ */
+#ifndef KVFS_FS_FUSE_OPS_H
+#define KVFS_FS_FUSE_OPS_H
+
+#define FUSE_USE_VERSION 35
+#include <fuse_lowlevel.h>
+
+struct kvfs_cache;
+
+struct kvfs_fs {
+	struct kvfs_cache *c;
+	double entry_timeout; /* committed blocks are immutable: cacheable */
+	double attr_timeout;
+};
+
+extern const struct fuse_lowlevel_ops kvfs_fuse_ops;
+
+#endif

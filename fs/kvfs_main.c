@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs - mount a kvfs store.
+ *
+ *   kvfs [-f] [-d] [-c CONFIG] [-o FUSE_OPTIONS] STORE MOUNTPOINT
+ *
+ * Without -f the command returns once the mount is ready (or failed, with
+ * the reason on stderr): the child does all the work and reports through a
+ * pipe, so no thread or LMDB handle ever crosses a fork.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "fs/conf.h"
+#include "fs/fuse_ops.h"
+#include "meta/log.h"
+
+struct opts {
+	bool foreground;
+	bool debug;
+	const char *config;
+	const char *fuse_opts;
+	const char *store;
+	const char *mnt;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvfs [-f] [-d] [-c CONFIG] [-o FUSE_OPTIONS] STORE "
+		"MOUNTPOINT\n"
+		"  -f          stay in the foreground, log to stderr\n"
+		"  -d          debug logging (implies -f)\n"
+		"  -c CONFIG   config file (default STORE/kvfs.conf)\n"
+		"  -o OPTS     FUSE mount options, e.g. allow_other\n"
+		"Unmount with: fusermount3 -u MOUNTPOINT\n");
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	memset(o, 0, sizeof(*o));
+	while ((ch = getopt_long(argc, argv, "+fdc:o:h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'f':
+			o->foreground = true;
+			break;
+		case 'd':
+			o->debug = o->foreground = true;
+			break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 'o':
+			o->fuse_opts = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			return -EINVAL;
+		}
+	}
+	if (argc - optind != 2)
+		return -EINVAL;
+	o->store = argv[optind];
+	o->mnt = argv[optind + 1];
+	return 0;
+}
+
+/* Report to the waiting parent: "" for ready, else the reason. */
+static void notify(int fd, const char *msg)
+{
+	if (fd < 0)
+		return;
+	if (write(fd, msg, strlen(msg) + 1) < 0)
+		return;
+	close(fd);
+}
+
+/* STORE/kvfs.pid lets scripts wait for the daemon to finish after an
+ * unmount (fusermount3 -u returns before the final write-back is done).
+ */
+static void write_pidfile(const char *store)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/kvfs.pid", store);
+	f = fopen(path, "w");
+	if (!f) {
+		kvfs_warn("cannot write %s: %s", path, strerror(errno));
+		return;
+	}
+	fprintf(f, "%ld\n", (long)getpid());
+	fclose(f);
+}
+
+static int run(const struct opts *o, int report_fd)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lc = NULL;
+	struct fuse_session *se = NULL;
+	struct kvfs_cache *c = NULL;
+	struct kvfs_conf conf;
+	struct kvfs_fs fs = { .entry_timeout = 1.0, .attr_timeout = 1.0 };
+	char path[PATH_MAX], msg[PATH_MAX + 512];
+	int rc;
+
+	if (o->config)
+		snprintf(path, sizeof(path), "%s", o->config);
+	else
+		snprintf(path, sizeof(path), "%s/kvfs.conf", o->store);
+	kvfs_conf_defaults(&conf);
+	rc = kvfs_conf_load(path, &conf);
+	if (rc) {
+		snprintf(msg, sizeof(msg), "config %s: %s (see the log lines "
+			 "above)", path, strerror(-rc));
+		goto out_notify;
+	}
+	kvfs_log_set_level(o->debug ? KVFS_LOG_DEBUG : conf.log_level);
+	if (!o->foreground) {
+		if (conf.log_file[0])
+			snprintf(path, sizeof(path), "%s", conf.log_file);
+		else
+			snprintf(path, sizeof(path), "%s/kvfs.log", o->store);
+		rc = kvfs_log_open(path);
+		if (rc) {
+			snprintf(msg, sizeof(msg), "log file %s: %s", path,
+				 strerror(-rc));
+			goto out_notify;
+		}
+	}
+	rc = kvfs_cache_open(o->store, &conf, 0, &c);
+	if (rc) {
+		snprintf(msg, sizeof(msg), "store %s: %s (the log says why)",
+			 o->store, strerror(-rc));
+		goto out_notify;
+	}
+	fs.c = c;
+
+	if (fuse_opt_add_arg(&args, "kvfs") ||
+	    fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, "fsname=kvfs,subtype=kvfs,"
+				    "default_permissions") ||
+	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") ||
+			      fuse_opt_add_arg(&args, o->fuse_opts)))) {
+		snprintf(msg, sizeof(msg), "out of memory");
+		rc = -ENOMEM;
+		goto out_free_cache;
+	}
+	se = fuse_session_new(&args, &kvfs_fuse_ops, sizeof(kvfs_fuse_ops),
+			      &fs);
+	if (!se) {
+		snprintf(msg, sizeof(msg), "bad FUSE options '%s'",
+			 o->fuse_opts ? o->fuse_opts : "");
+		rc = -EINVAL;
+		goto out_free_cache;
+	}
+	if (fuse_set_signal_handlers(se)) {
+		snprintf(msg, sizeof(msg), "cannot install signal handlers");
+		rc = -EIO;
+		goto out_destroy;
+	}
+	if (fuse_session_mount(se, o->mnt)) {
+		snprintf(msg, sizeof(msg), "cannot mount on %s (is /dev/fuse "
+			 "usable, and the directory empty?)", o->mnt);
+		rc = -EIO;
+		goto out_signals;
+	}
+	kvfs_info("mounted %s on %s (%zu namespaces, policy %s)", o->store,
+		  o->mnt, kvfs_cache_ns_count(c), conf.policy);
+	write_pidfile(o->store);
+	notify(report_fd, "");
+	report_fd = -1;
+	if (!o->foreground) {
+		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+		if (nul >= 0) {
+			dup2(nul, STDERR_FILENO);
+			close(nul);
+		}
+	}
+
+	lc = fuse_loop_cfg_create();
+	if (!lc) {
+		rc = -ENOMEM;
+		goto out_unmount;
+	}
+	fuse_loop_cfg_set_clone_fd(lc, 0);
+	fuse_loop_cfg_set_max_threads(lc, conf.threads);
+	fuse_loop_cfg_set_idle_threads(lc, conf.threads / 2 ? conf.threads / 2 : 1);
+	rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	rc = rc > 0 ? 0 : rc;
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_destroy:
+	fuse_session_destroy(se);
+out_free_cache:
+	fuse_opt_free_args(&args);
+	/* Persists every committed block before returning. */
+	kvfs_cache_free(c);
+	kvfs_info("unmounted %s", o->mnt);
+out_notify:
+	if (rc && report_fd >= 0) {
+		kvfs_err("%s", msg);
+		notify(report_fd, msg);
+	}
+	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	int pfd[2];
+	pid_t pid;
+
+	if (parse_args(argc, argv, &o)) {
+		usage(stderr);
+		return 2;
+	}
+	if (o.foreground)
+		return run(&o, -1);
+
+	if (pipe2(pfd, O_CLOEXEC)) {
+		perror("kvfs: pipe");
+		return 1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		perror("kvfs: fork");
+		return 1;
+	}
+	if (pid == 0) {
+		int nul;
+
+		close(pfd[0]);
+		setsid();
+		/* Keep stderr until the log file is open; then detach. */
+		nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (nul >= 0) {
+			dup2(nul, STDIN_FILENO);
+			dup2(nul, STDOUT_FILENO);
+		}
+		int rc = run(&o, pfd[1]);
+		_exit(rc);
+	}
+	close(pfd[1]);
+	char buf[PATH_MAX + 512];
+	ssize_t n, got = 0;
+
+	while ((n = read(pfd[0], buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+		got += n;
+	buf[got > 0 ? got : 0] = 0;
+	if (got > 0 && buf[0] == 0)
+		return 0; /* mounted */
+	fprintf(stderr, "kvfs: %s\n", got > 0 ? buf : "daemon exited before "
+			"the mount was ready (see the log)");
+	return 1;
+}

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs block file format, version 1.
+ *
+ * A block file is a 4096-byte header, the token ids (u32 LE, zero padded to
+ * a multiple of 4096) and the payload.  The payload is chunk-major inside
+ * each layer so that per-layer streaming and chunk-granular sparse reads are
+ * contiguous ranges of the file (docs/format.md has a worked example).
+ *
+ * This module is pure: no I/O, no locks, no allocation except where noted.
+ * All functions are safe to call from any thread.
+ */
+#ifndef KVFS_META_FMT_H
+#define KVFS_META_FMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define KVFS_FMT_MAGIC "KVFSBLK1"
+#define KVFS_FMT_VERSION 1
+#define KVFS_FMT_HDR_SIZE 4096u
+#define KVFS_FMT_ALIGN 4096u
+#define KVFS_KEY_LEN 16
+#define KVFS_KEY_HEX_LEN 32
+/* "<32 hex>.kv" */
+#define KVFS_FMT_NAME_LEN (KVFS_KEY_HEX_LEN + 3)
+
+enum kvfs_fmt_kind {
+	KVFS_KIND_KV = 1,
+	KVFS_KIND_HIDDEN = 2,
+};
+
+enum kvfs_dtype {
+	KVFS_DTYPE_F16 = 1,
+	KVFS_DTYPE_BF16 = 2,
+	KVFS_DTYPE_F32 = 3,
+	KVFS_DTYPE_F8_E4M3 = 4,
+};
+
+/* The namespace geometry every block of a namespace must match. */
+struct kvfs_geom {
+	uint32_t n_layers;
+	uint32_t n_kv_heads;
+	uint32_t head_dim;
+	uint32_t hidden_size; /* 0 when unknown */
+	uint32_t block_tokens;
+	uint32_t chunk_tokens;
+	uint16_t dtype; /* enum kvfs_dtype */
+};
+
+/* On-disk header, exactly as laid out in bytes 0..87 of a block file. */
+struct kvfs_fmt_hdr {
+	char magic[8];
+	uint16_t version;
+	uint16_t kind;
+	uint16_t dtype;
+	uint16_t zero;
+	uint32_t n_layers;
+	uint32_t n_kv_heads;
+	uint32_t head_dim;
+	uint32_t hidden_size;
+	uint32_t n_tokens;
+	uint32_t chunk_tokens;
+	uint64_t start_pos;
+	uint8_t parent[KVFS_KEY_LEN];
+	uint8_t key[KVFS_KEY_LEN];
+	uint32_t payload_crc;
+	uint32_t hdr_crc;
+} __attribute__((packed));
+_Static_assert(sizeof(struct kvfs_fmt_hdr) == 88, "block header is 88 bytes");
+
+/* Why a block was rejected; kvfs_fmt_strerror() names it for the log. */
+enum kvfs_fmt_err {
+	KVFS_FMT_OK = 0,
+	KVFS_FMT_ETOOSHORT,
+	KVFS_FMT_EMAGIC,
+	KVFS_FMT_EVERSION,
+	KVFS_FMT_EKIND,
+	KVFS_FMT_EDTYPE,
+	KVFS_FMT_EGEOM,
+	KVFS_FMT_ENTOKENS,
+	KVFS_FMT_ECHUNK,
+	KVFS_FMT_EPAD,
+	KVFS_FMT_ESIZE,
+	KVFS_FMT_EHDRCRC,
+	KVFS_FMT_EPAYLOADCRC,
+	KVFS_FMT_ENAME,
+	KVFS_FMT_EKEY,
+	KVFS_FMT_ESTARTPOS,
+};
+
+/* Bytes per element of a dtype, 0 for an unknown dtype. */
+size_t kvfs_fmt_dtype_size(uint16_t dtype);
+/* "f16", "bf16", "f32", "f8_e4m3"; NULL for unknown. */
+const char *kvfs_fmt_dtype_name(uint16_t dtype);
+/* Parse a dtype name. Returns the enum value, or -EINVAL. */
+int kvfs_fmt_dtype_parse(const char *name);
+
+/* CRC-32C (Castagnoli, reflected, init and xorout 0xffffffff). @crc is the
+ * value returned for the bytes so far (0 to start), so a CRC can be
+ * computed in pieces.
+ */
+uint32_t kvfs_fmt_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* Root key of namespace @ns with @salt (NULL or "" for none):
+ * SHA-256("kvfs-ns-v1" 0x00 ns 0x00 salt)[0..16).
+ */
+void kvfs_fmt_root_key(const char *ns, const char *salt,
+		       uint8_t out[KVFS_KEY_LEN]);
+/* Key of a block: SHA-256(parent[16] ‖ tokens as u32 LE)[0..16). */
+void kvfs_fmt_block_key(const uint8_t parent[KVFS_KEY_LEN],
+			const uint32_t *tokens, size_t n_tokens,
+			uint8_t out[KVFS_KEY_LEN]);
+
+/* 32 lowercase hex chars + NUL into @out. */
+void kvfs_fmt_key_hex(const uint8_t key[KVFS_KEY_LEN],
+		      char out[KVFS_KEY_HEX_LEN + 1]);
+/* Parse exactly 32 hex chars (either case). Returns 0 or -EINVAL. */
+int kvfs_fmt_key_parse(const char *hex, uint8_t out[KVFS_KEY_LEN]);
+/* Parse a file name "<32 hex>.kv". Returns 0 or -EINVAL. */
+int kvfs_fmt_name_parse(const char *name, uint8_t out[KVFS_KEY_LEN]);
+
+/* Payload bytes of a block of @kind with @n_tokens under @g (chunks are
+ * always whole: ceil(n_tokens / chunk_tokens) * chunk_tokens rows).
+ * Returns 0 for an impossible geometry or on overflow.
+ */
+uint64_t kvfs_fmt_payload_size(const struct kvfs_geom *g, uint16_t kind,
+			       uint32_t n_tokens);
+/* Offset of the payload: header + padded token ids. */
+uint64_t kvfs_fmt_payload_off(uint32_t n_tokens);
+/* Whole file size, 0 on overflow or impossible geometry. */
+uint64_t kvfs_fmt_file_size(const struct kvfs_geom *g, uint16_t kind,
+			    uint32_t n_tokens);
+/* The largest file a namespace accepts (kind KV or HIDDEN, whichever is
+ * larger, at block_tokens).
+ */
+uint64_t kvfs_fmt_max_file_size(const struct kvfs_geom *g);
+
+/* Byte range [*off, *off + *len) inside the file of layer @layer, chunk
+ * @chunk of a KV block: K then V of that chunk, contiguous.
+ * Returns 0 or -EINVAL when out of range.
+ */
+int kvfs_fmt_chunk_range(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t layer, uint32_t chunk, uint64_t *off,
+			 uint64_t *len);
+
+/* Options for kvfs_fmt_validate(). */
+enum kvfs_fmt_vflags {
+	/* Accept kind HIDDEN (only once hidden-state restoration exists). */
+	KVFS_FMT_ALLOW_HIDDEN = 1 << 0,
+	/* Skip the payload CRC (the caller checks it by streaming). */
+	KVFS_FMT_SKIP_PAYLOAD_CRC = 1 << 1,
+};
+
+/*
+ * kvfs_fmt_validate() - check a whole block file image against a namespace.
+ * @buf, @len:    the complete file bytes.
+ * @g:            the namespace geometry.
+ * @name_key:     the key parsed from the file name, or NULL to skip.
+ * @root_key:     the namespace root key (a block whose parent is the root
+ *                must have start_pos 0; any other parent needs a
+ *                start_pos that is a nonzero multiple of block_tokens).
+ * @flags:        enum kvfs_fmt_vflags.
+ * @out:          if not NULL, receives the decoded header.
+ *
+ * Checks, in this order: size >= header, magic, version, kind, dtype,
+ * geometry, n_tokens range, chunk_tokens, header CRC, exact file size,
+ * zero padding of the token area, payload CRC, key == name, key ==
+ * hash(parent, tokens), start_pos.
+ *
+ * Returns KVFS_FMT_OK or the first failed check. kvfs_fmt_errno() maps the
+ * result to -EINVAL, or -EBADMSG for a checksum.
+ */
+enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
+				    const struct kvfs_geom *g,
+				    const uint8_t *name_key,
+				    const uint8_t root_key[KVFS_KEY_LEN],
+				    unsigned flags, struct kvfs_fmt_hdr *out);
+/* A short human-readable reason for @e, for log lines. */
+const char *kvfs_fmt_strerror(enum kvfs_fmt_err e);
+/* 0, -EINVAL or -EBADMSG. */
+int kvfs_fmt_errno(enum kvfs_fmt_err e);
+
+/*
+ * kvfs_fmt_build() - write a complete, valid block file image.
+ * @g, @kind:      geometry and kind; @kind HIDDEN needs g->hidden_size.
+ * @parent:        parent key (the root key for a first block).
+ * @start_pos:     absolute position of the first token.
+ * @tokens, @n:    the token ids, 1 <= n <= block_tokens.
+ * @payload:       the payload in block layout, or NULL to leave it as is
+ *                 in @buf (the caller filled it in place).
+ * @buf, @buf_len: destination; must hold kvfs_fmt_file_size() bytes.
+ *
+ * Computes the key and both CRCs. Returns 0 or -EINVAL.
+ */
+int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
+		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+		   const uint32_t *tokens, uint32_t n, const void *payload,
+		   void *buf, uint64_t buf_len);
+
+#endif

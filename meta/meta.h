@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs metadata store over LMDB.
+ *
+ * Named databases of one environment (STORE/meta/):
+ *   "sb"    "sb" -> struct kvfs_meta_sb          the superblock
+ *   "ns"    name -> struct kvfs_meta_ns          namespaces
+ *   "blk"   key[16] -> struct kvfs_meta_blk      one record per block
+ *   "free"  offset (u64 big-endian) -> length (u64 LE)   SSD free extents
+ *   "score" key[16] ‖ u32 BE chunk -> struct kvfs_meta_score (later issues)
+ *
+ * Every value starts with a magic and a version and has a fixed size, so a
+ * record written by another format version is detected, never misread.
+ *
+ * LMDB return codes become -errno in exactly one place (meta.c).
+ *
+ * Locking: LMDB serialises write transactions itself and read transactions
+ * never block.  A struct kvfs_meta may be used from any number of threads;
+ * a struct kvfs_meta_txn belongs to the thread that began it.
+ */
+#ifndef KVFS_META_META_H
+#define KVFS_META_META_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+#include "meta/fmt.h"
+
+#define KVFS_META_SB_MAGIC 0x4b564653u /* "KVFS" */
+#define KVFS_META_NS_MAGIC 0x4b564e53u /* "KVNS" */
+#define KVFS_META_BLK_MAGIC 0x4b56424bu /* "KVBK" */
+#define KVFS_META_VERSION 1
+#define KVFS_NS_NAME_MAX 64
+#define KVFS_NS_SALT_MAX 64
+
+struct kvfs_meta_sb {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t uuid[16];
+	uint64_t ssd_size;  /* bytes of the data file, header included */
+	uint64_t data_off;  /* first byte usable for extents (4096) */
+	uint64_t created;   /* unix seconds */
+	uint64_t next_ino;  /* next block inode number to hand out */
+	uint32_t next_ns_id;
+	uint32_t reserved0;
+	uint8_t reserved[64];
+};
+_Static_assert(sizeof(struct kvfs_meta_sb) == 128, "superblock size");
+
+struct kvfs_meta_ns {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t dtype;
+	uint32_t id;
+	uint32_t n_layers;
+	uint32_t n_kv_heads;
+	uint32_t head_dim;
+	uint32_t hidden_size;
+	uint32_t block_tokens;
+	uint32_t chunk_tokens;
+	uint32_t store_as; /* 0 = kv; later issues add hidden/auto */
+	uint8_t root[KVFS_KEY_LEN];
+	char name[KVFS_NS_NAME_MAX];
+	char salt[KVFS_NS_SALT_MAX];
+	uint8_t reserved[72];
+};
+_Static_assert(sizeof(struct kvfs_meta_ns) == 256, "namespace record size");
+
+/* Tier bits, shared by records, the cache and xattrs. */
+enum kvfs_tier_bit {
+	KVFS_TIER_BIT_GPU = 1 << 0,
+	KVFS_TIER_BIT_DRAM = 1 << 1,
+	KVFS_TIER_BIT_SSD = 1 << 2,
+};
+
+struct kvfs_meta_blk {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;     /* enum kvfs_fmt_kind of the stored form */
+	uint32_t ns_id;
+	uint32_t depth;    /* start_pos / block_tokens */
+	uint64_t ino;
+	uint8_t parent[KVFS_KEY_LEN];
+	uint32_t n_tokens;
+	uint32_t hdr_crc;  /* the block header's own CRC: ties extent to record */
+	uint64_t size;     /* logical file size */
+	uint64_t ssd_off;  /* extent in the data file; 0 = none */
+	uint64_t ssd_len;  /* multiple of 4096 */
+	uint64_t start_pos;
+	uint32_t pins;     /* enum kvfs_tier_bit */
+	uint32_t category; /* workload category (policy issue) */
+	uint64_t hits;
+	uint64_t last_access; /* unix nanoseconds */
+	uint32_t tiers;    /* enum kvfs_tier_bit, as last recorded */
+	uint32_t reserved0;
+	uint64_t created;  /* unix nanoseconds of the commit (mtime) */
+	uint8_t reserved[40];
+};
+_Static_assert(sizeof(struct kvfs_meta_blk) == 160, "block record size");
+
+struct kvfs_meta;
+struct kvfs_meta_txn;
+
+enum kvfs_meta_flags {
+	/* Create the environment (mkfs). */
+	KVFS_META_CREATE = 1 << 0,
+	/* Keep the environment in anonymous memory-backed storage: it vanishes
+	 * on close.  For unit tests; @path is ignored.
+	 */
+	KVFS_META_MEMORY = 1 << 1,
+	/* Do not fsync on commit (tests, benchmarks); never for a real mount. */
+	KVFS_META_NOSYNC = 1 << 2,
+};
+
+/*
+ * kvfs_meta_open() - open (or create) the metadata environment.
+ * @dir:     the LMDB directory (STORE/meta), created with KVFS_META_CREATE.
+ * @mapsize: LMDB map size in bytes; 0 for the default (1 GiB).
+ * @flags:   enum kvfs_meta_flags.
+ * @out:     receives the handle.
+ *
+ * Returns 0, -ENOENT (no environment and no CREATE), -EEXIST (CREATE on a
+ * directory that already holds one), or another -errno. Logs the reason.
+ */
+int kvfs_meta_open(const char *dir, uint64_t mapsize, unsigned flags,
+		   struct kvfs_meta **out);
+/* Close and free; NULL is a no-op. No transaction may be open. */
+void kvfs_meta_free(struct kvfs_meta *m);
+
+/*
+ * kvfs_meta_txn_begin() - start a transaction.
+ * @rdonly: true for a read-only transaction.
+ * Returns 0 or -errno (-ENOSPC when the map is full).
+ */
+int kvfs_meta_txn_begin(struct kvfs_meta *m, bool rdonly,
+			struct kvfs_meta_txn **out);
+/* Commit (durably unless NOSYNC) and free @t. Returns 0 or -errno; on
+ * error the transaction is aborted and freed.
+ */
+int kvfs_meta_txn_commit(struct kvfs_meta_txn *t);
+/* Abort and free @t; NULL is a no-op. */
+void kvfs_meta_txn_abort(struct kvfs_meta_txn *t);
+
+/* Superblock. get: 0, -ENOENT, -EUCLEAN (bad magic/size), -EPROTO (other
+ * version). put: 0 or -errno.
+ */
+int kvfs_meta_sb_get(struct kvfs_meta_txn *t, struct kvfs_meta_sb *sb);
+int kvfs_meta_sb_put(struct kvfs_meta_txn *t, const struct kvfs_meta_sb *sb);
+
+/* Namespaces by name. get: 0, -ENOENT, -EUCLEAN, -EPROTO. */
+int kvfs_meta_ns_get(struct kvfs_meta_txn *t, const char *name,
+		     struct kvfs_meta_ns *ns);
+int kvfs_meta_ns_put(struct kvfs_meta_txn *t, const struct kvfs_meta_ns *ns);
+/* Call @fn for each namespace in name order; a nonzero return stops the
+ * walk and is returned.
+ */
+int kvfs_meta_ns_foreach(struct kvfs_meta_txn *t,
+			 int (*fn)(const struct kvfs_meta_ns *ns, void *arg),
+			 void *arg);
+
+/* Block records by key. get: 0, -ENOENT, -EUCLEAN, -EPROTO.
+ * del: 0 or -ENOENT.
+ */
+int kvfs_meta_blk_get(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		      struct kvfs_meta_blk *rec);
+int kvfs_meta_blk_put(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		      const struct kvfs_meta_blk *rec);
+int kvfs_meta_blk_del(struct kvfs_meta_txn *t,
+		      const uint8_t key[KVFS_KEY_LEN]);
+/* Call @fn for each block record in key order. A record that fails its
+ * magic/version check is passed with @bad = true (the caller logs and skips
+ * or deletes it). A nonzero return from @fn stops the walk and is returned.
+ */
+int kvfs_meta_blk_foreach(struct kvfs_meta_txn *t,
+			  int (*fn)(const uint8_t *key,
+				    const struct kvfs_meta_blk *rec, bool bad,
+				    void *arg),
+			  void *arg);
+
+/*
+ * SSD free-extent map. Entries never overlap and adjacent entries are
+ * always merged, so the map is canonical.
+ *
+ * kvfs_meta_free_give() - mark [off, off+len) free, merging with neighbours.
+ *   Returns 0, -EUCLEAN if any part of the range is already free (logged),
+ *   or another -errno.
+ * kvfs_meta_free_take() - mark [off, off+len) used; the range must lie inside
+ *   one free entry, which is split. Returns 0, -EUCLEAN if it does not
+ *   (logged), or another -errno.
+ *
+ * Both are order-independent: the cache reserves extents in memory, writes
+ * the data, and takes the range in the same transaction that commits the
+ * block record that points to it.
+ */
+int kvfs_meta_free_give(struct kvfs_meta_txn *t, uint64_t off, uint64_t len);
+int kvfs_meta_free_take(struct kvfs_meta_txn *t, uint64_t off, uint64_t len);
+/* Call @fn for each free extent in offset order; nonzero stops the walk. */
+int kvfs_meta_free_foreach(struct kvfs_meta_txn *t,
+			   int (*fn)(uint64_t off, uint64_t len, void *arg),
+			   void *arg);
+/* Remove every free-extent entry (before rebuilding the map). */
+int kvfs_meta_free_clear(struct kvfs_meta_txn *t);
+
+/* Map an LMDB return code to -errno (exported for tests). */
+int kvfs_meta_errno(int mdb_rc);
+
+#endif

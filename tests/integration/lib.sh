@@ -1,0 +1,122 @@
+# shellcheck shell=bash
+# Shared harness for kvfs mount-level tests.  Each test script sources it,
+# then calls t_ok/t_fail (or t_check) and ends with t_done.
+#
+# Every script gets its own temp dir with a store and a mount point; the
+# EXIT trap always unmounts and waits for the daemon, even when a test
+# fails or the script is interrupted.
+set -u
+export LC_ALL=C
+
+BUILD=${BUILD:-build}
+BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/$BUILD/bin
+T_NAME=$(basename "$0" .sh)
+T_PASS=0
+T_FAIL=0
+T_DIR=$(mktemp -d "/tmp/kvfs-$T_NAME.XXXXXX")
+STORE=$T_DIR/store
+MNT=$T_DIR/mnt
+NS=m
+KVFS_PID=
+mkdir -p "$MNT"
+
+# Geometry of the test namespace: small blocks keep the tests fast, and
+# every code path is the same as for real sizes.
+GEOM=(--ns "$NS" --layers 4 --kv-heads 2 --head-dim 64 --dtype bf16
+	--block-tokens 16 --chunk-tokens 4)
+
+t_log() { printf '# %s\n' "$*"; }
+t_ok() { T_PASS=$((T_PASS + 1)); printf 'ok - %s: %s\n' "$T_NAME" "$1"; }
+t_fail() {
+	T_FAIL=$((T_FAIL + 1))
+	printf 'not ok - %s: %s\n' "$T_NAME" "$1"
+	if [ -f "$STORE/kvfs.log" ]; then
+		tail -n 5 "$STORE/kvfs.log" | sed 's/^/#   log: /'
+	fi
+}
+# t_check DESC CMD...: pass when CMD succeeds.
+t_check() {
+	local d=$1
+	shift
+	if "$@"; then t_ok "$d"; else t_fail "$d"; fi
+}
+# t_errno DESC MSG CMD...: pass when CMD fails and says MSG (strerror text).
+t_errno() {
+	local d=$1 msg=$2 out
+	shift 2
+	if out=$("$@" 2>&1); then
+		t_fail "$d (succeeded, expected '$msg')"
+	elif grep -q -- "$msg" <<<"$out"; then
+		t_ok "$d"
+	else
+		t_fail "$d (said: $out)"
+	fi
+}
+
+kvfs_unmount() {
+	if mountpoint -q "$MNT" 2>/dev/null; then
+		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT"
+	elif grep -q " $MNT fuse" /proc/mounts; then
+		# A daemon killed with -9 leaves a dead mount behind.
+		fusermount3 -u -z "$MNT" 2>/dev/null
+	fi
+	if [ -n "$KVFS_PID" ]; then
+		# fusermount3 returns before the daemon has persisted the
+		# last blocks; the store is free once the process is gone.
+		timeout 120 tail --pid="$KVFS_PID" -f /dev/null
+		KVFS_PID=
+	fi
+}
+
+t_cleanup() {
+	kvfs_unmount
+	rm -rf "$T_DIR"
+}
+trap t_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# kvfs_mkfs [SIZE]
+kvfs_mkfs() {
+	"$BIN/mkfs.kvfs" --ssd-size "${1:-64M}" "$STORE" >/dev/null
+}
+
+# kvfs_conf DRAM_CAPACITY [POLICY]: the store's config with the test
+# namespace.
+kvfs_conf() {
+	cat >"$STORE/kvfs.conf" <<EOC
+[daemon]
+flush_ms = 100
+
+[tier.dram]
+capacity = ${1:-16M}
+
+[policy]
+name = ${2:-lru}
+
+[namespace $NS]
+layers = 4
+kv_heads = 2
+head_dim = 64
+dtype = bf16
+block_tokens = 16
+chunk_tokens = 4
+EOC
+}
+
+# kvfs_mount [ARGS...]: returns once the mount is ready.
+kvfs_mount() {
+	"$BIN/kvfs" "$@" "$STORE" "$MNT" || return 1
+	KVFS_PID=$(cat "$STORE/kvfs.pid")
+}
+
+# stat KEY of the running mount
+kvfs_stat() {
+	awk -v k="$1" '$1 == k { print $2 }' "$MNT/.kvfs/stats"
+}
+
+gen() { "$BIN/kvfs-gen" "$@"; }
+
+t_done() {
+	printf '# %s: %d passed, %d failed\n' "$T_NAME" "$T_PASS" "$T_FAIL"
+	[ "$T_FAIL" -eq 0 ]
+}

@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvfs.conf parsing: a full valid config, the defaults, every error class
+ * (with the "ORIGIN:LINE: reason" log line), and namespace name rules.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fs/conf.h"
+#include "meta/log.h"
+
+static struct kvfs_conf *conf;
+static char log_path[] = "/tmp/kvfs-test-conf-log-XXXXXX";
+static char cfg_path[] = "/tmp/kvfs-test-conf-cfg-XXXXXX";
+
+static int setup(void **state)
+{
+	int fd = mkstemp(log_path);
+
+	if (fd < 0)
+		return -1;
+	close(fd);
+	fd = mkstemp(cfg_path);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	conf = malloc(sizeof(*conf));
+	return conf ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	kvfs_log_close();
+	unlink(log_path);
+	unlink(cfg_path);
+	free(conf);
+	return 0;
+}
+
+static const char ns_ok[] =
+	"[namespace llama]\n"
+	"layers = 32\n"
+	"kv_heads = 8\n"
+	"head_dim = 128\n"
+	"dtype = bf16\n"
+	"block_tokens = 16\n"
+	"chunk_tokens = 16\n";
+
+/* Parse @text expecting -EINVAL, logged at @line with @why in the reason. */
+static void expect_err(const char *text, unsigned line, const char *why)
+{
+	char buf[4096], want[64];
+	FILE *f;
+	size_t n;
+
+	assert_int_equal(truncate(log_path, 0), 0);
+	assert_int_equal(kvfs_log_open(log_path), 0);
+	assert_int_equal(kvfs_conf_parse(text, "t.conf", conf), -EINVAL);
+	kvfs_log_close();
+	f = fopen(log_path, "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	snprintf(want, sizeof(want), " t.conf:%u: ", line);
+	if (!strstr(buf, want) || !strstr(buf, why))
+		fail_msg("log '%s' lacks '%s' or '%s'", buf, want, why);
+	/* one error, one line */
+	assert_ptr_equal(strchr(buf, '\n'), buf + n - 1);
+}
+
+static void expect_ok(const char *text)
+{
+	assert_int_equal(kvfs_conf_parse(text, "t.conf", conf), 0);
+}
+
+/* @ns_ok without the line of @key. */
+static void ns_without(char *out, const char *key)
+{
+	const char *p = ns_ok;
+
+	out[0] = '\0';
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = (size_t)(nl - p) + 1;
+
+		if (strncmp(p, key, strlen(key)) || p[strlen(key)] != ' ')
+			strncat(out, p, n);
+		p += n;
+	}
+}
+
+static unsigned n_lines(const char *t)
+{
+	unsigned n = 0;
+
+	for (; *t; t++)
+		n += *t == '\n';
+	return n;
+}
+
+/* @ns_ok with @line ("key = value") replacing that key's line, or added,
+ * as the last line.
+ */
+static void ns_with(char *out, size_t len, const char *line)
+{
+	char key[64] = "";
+
+	sscanf(line, "%63[a-z_]", key);
+	ns_without(out, key);
+	if (*line) {
+		strncat(out, line, len - strlen(out) - 2);
+		strcat(out, "\n");
+	}
+}
+
+static void test_defaults(void **state)
+{
+	kvfs_conf_defaults(conf);
+	assert_int_equal(conf->threads, 16);
+	assert_int_equal(conf->log_level, KVFS_LOG_INFO);
+	assert_string_equal(conf->log_file, "");
+	assert_int_equal(conf->flush_ms, 1000);
+	assert_int_equal(conf->meta_mapsize, 1ull << 30);
+	assert_int_equal(conf->dram_capacity, 256ull << 20);
+	assert_int_equal(conf->ssd_rings, 4);
+	assert_int_equal(conf->writeback_batch, 64);
+	assert_string_equal(conf->policy, "lru");
+	assert_int_equal(conf->n_policy_opts, 0);
+	assert_int_equal(conf->n_ns, 0);
+	/* an empty config is the defaults */
+	memset(conf, 0xff, sizeof(*conf));
+	expect_ok("");
+	assert_int_equal(conf->threads, 16);
+	assert_string_equal(conf->policy, "lru");
+	assert_int_equal(conf->n_ns, 0);
+	expect_ok("; only a comment\n\n# another\n");
+	assert_int_equal(conf->dram_capacity, 256ull << 20);
+}
+
+static const char full[] =
+	"\xef\xbb\xbf; kvfs test config\n"
+	"[daemon]\n"
+	"threads = 8\n"
+	"log_level = debug\n"
+	"log_file = /var/log/kvfs.log\n"
+	"flush_ms = 250 ; inline comment\n"
+	"meta_mapsize = 2G\n"
+	"\n"
+	"[tier.dram]\r\n"
+	"  capacity = 512MiB\r\n"
+	"[tier.ssd]\n"
+	"rings = 2\n"
+	"writeback_batch = 32\n"
+	"[policy]\n"
+	"name = hotprefix\n"
+	"alpha = 0.5\n"
+	"window: 100\n"
+	"[namespace llama-3.1_8B]\n"
+	"layers = 32\n"
+	"kv_heads = 8\n"
+	"head_dim = 128\n"
+	"dtype = bf16\n"
+	"block_tokens = 16\n"
+	"chunk_tokens = 4\n"
+	"hidden_size = 4096\n"
+	"salt = tenant-a\n"
+	"[namespace tiny]\n"
+	"layers = 1\n"
+	"kv_heads = 1\n"
+	"head_dim = 1\n"
+	"dtype = f8_e4m3\n"
+	"block_tokens = 1\n"
+	"chunk_tokens = 1\n";
+
+static void check_full(void)
+{
+	assert_int_equal(conf->threads, 8);
+	assert_int_equal(conf->log_level, KVFS_LOG_DEBUG);
+	assert_string_equal(conf->log_file, "/var/log/kvfs.log");
+	assert_int_equal(conf->flush_ms, 250);
+	assert_int_equal(conf->meta_mapsize, 2ull << 30);
+	assert_int_equal(conf->dram_capacity, 512ull << 20);
+	assert_int_equal(conf->ssd_rings, 2);
+	assert_int_equal(conf->writeback_batch, 32);
+	assert_string_equal(conf->policy, "hotprefix");
+	assert_int_equal(conf->n_policy_opts, 2);
+	assert_string_equal(conf->policy_keys[0], "alpha");
+	assert_string_equal(conf->policy_vals[0], "0.5");
+	assert_string_equal(conf->policy_keys[1], "window");
+	assert_string_equal(conf->policy_vals[1], "100");
+	assert_int_equal(conf->n_ns, 2);
+	assert_string_equal(conf->ns[0].name, "llama-3.1_8B");
+	assert_string_equal(conf->ns[0].salt, "tenant-a");
+	assert_int_equal(conf->ns[0].geom.n_layers, 32);
+	assert_int_equal(conf->ns[0].geom.n_kv_heads, 8);
+	assert_int_equal(conf->ns[0].geom.head_dim, 128);
+	assert_int_equal(conf->ns[0].geom.dtype, KVFS_DTYPE_BF16);
+	assert_int_equal(conf->ns[0].geom.block_tokens, 16);
+	assert_int_equal(conf->ns[0].geom.chunk_tokens, 4);
+	assert_int_equal(conf->ns[0].geom.hidden_size, 4096);
+	assert_string_equal(conf->ns[1].name, "tiny");
+	assert_string_equal(conf->ns[1].salt, "");
+	assert_int_equal(conf->ns[1].geom.dtype, KVFS_DTYPE_F8_E4M3);
+	assert_int_equal(conf->ns[1].geom.hidden_size, 0);
+}
+
+static void test_full_valid(void **state)
+{
+	expect_ok(full);
+	check_full();
+}
+
+static void test_load_file(void **state)
+{
+	FILE *f = fopen(cfg_path, "w");
+
+	assert_non_null(f);
+	assert_int_equal(fputs(full, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(kvfs_conf_load(cfg_path, conf), 0);
+	check_full();
+	assert_int_equal(kvfs_conf_load("/nonexistent/kvfs.conf", conf),
+			 -ENOENT);
+}
+
+static void test_load_file_error_line(void **state)
+{
+	FILE *f = fopen(cfg_path, "w");
+	char buf[2048], want[512];
+	size_t n;
+
+	assert_non_null(f);
+	fputs("[daemon]\nthreads = 4\nbogus = 1\n", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(truncate(log_path, 0), 0);
+	assert_int_equal(kvfs_log_open(log_path), 0);
+	assert_int_equal(kvfs_conf_load(cfg_path, conf), -EINVAL);
+	kvfs_log_close();
+	f = fopen(log_path, "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	snprintf(want, sizeof(want), "%s:3: unknown key 'bogus'", cfg_path);
+	assert_non_null(strstr(buf, want));
+}
+
+static void test_chunk_not_dividing_ok(void **state)
+{
+	char t[1024];
+
+	ns_with(t, sizeof(t), "chunk_tokens = 5");
+	expect_ok(t);
+	assert_int_equal(conf->ns[0].geom.chunk_tokens, 5);
+	ns_with(t, sizeof(t), "chunk_tokens = 1");
+	expect_ok(t);
+}
+
+static void test_unknown_section(void **state)
+{
+	expect_err("[daemon]\nthreads = 2\n[tier.tape]\ncapacity = 1G\n", 3,
+		   "unknown section [tier.tape]");
+	/* even an empty one */
+	expect_err("[daemon]\n\n[bogus]\n", 3, "unknown section");
+	expect_err("[Daemon]\n", 1, "unknown section");
+	expect_err("[namespaces x]\n", 1, "unknown section");
+}
+
+static void test_unknown_key(void **state)
+{
+	char t[1024];
+
+	expect_err("[daemon]\nthreads = 2\nthread = 3\n", 3,
+		   "unknown key 'thread' in [daemon]");
+	expect_err("[tier.dram]\ncapacity = 1G\nrings = 2\n", 3,
+		   "unknown key");
+	expect_err("threads = 2\n", 1, "outside of any section");
+	ns_with(t, sizeof(t), "heads = 8");
+	expect_err(t, 8, "unknown key 'heads' in [namespace llama]");
+}
+
+static void test_duplicates(void **state)
+{
+	char t[1024];
+
+	expect_err("[daemon]\nthreads = 2\nthreads = 3\n", 3,
+		   "duplicate key 'threads'");
+	expect_err("[daemon]\n[tier.dram]\n[daemon]\n", 3,
+		   "duplicate section [daemon]");
+	expect_err("[policy]\nname = lru\nk = 1\nk = 2\n", 4,
+		   "duplicate key 'k'");
+	ns_with(t, sizeof(t), "");
+	strcat(t, "[namespace other]\n");
+	strcat(t, ns_ok + strlen("[namespace llama]\n"));
+	expect_ok(t);
+	assert_int_equal(conf->n_ns, 2);
+	strcat(t, ns_ok);
+	expect_err(t, 15, "duplicate namespace 'llama'");
+	/* an indented line is not a continuation of the previous value */
+	expect_err("[daemon]\nlog_file = /a\n  /b\n", 3, "syntax error");
+}
+
+static void test_bad_numbers(void **state)
+{
+	static const struct {
+		const char *line;
+		const char *why;
+	} cases[] = {
+		{ "layers = 0", "layers = '0'" },
+		{ "layers = 1025", "1..1024" },
+		{ "layers = -1", "layers = '-1'" },
+		{ "layers = 3x", "layers = '3x'" },
+		{ "layers = ", "layers = ''" },
+		{ "layers = 99999999999", "layers" },
+		{ "kv_heads = 0", "kv_heads" },
+		{ "kv_heads = 1025", "kv_heads" },
+		{ "head_dim = 4097", "head_dim" },
+		{ "head_dim = 0", "head_dim" },
+		{ "block_tokens = 0", "block_tokens" },
+		{ "block_tokens = 65537", "block_tokens" },
+		{ "chunk_tokens = 0", "chunk_tokens" },
+		{ "hidden_size = 0", "hidden_size" },
+		{ "hidden_size = 2000000", "hidden_size" },
+		{ "dtype = f64", "dtype = 'f64'" },
+		{ "dtype = BF16", "dtype" },
+	};
+	char t[1024];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ns_with(t, sizeof(t), cases[i].line);
+		expect_err(t, n_lines(t), cases[i].why);
+	}
+	expect_err("[daemon]\nthreads = 0\n", 2, "threads");
+	expect_err("[daemon]\nthreads = 1025\n", 2, "threads");
+	expect_err("[daemon]\nflush_ms = 0\n", 2, "flush_ms");
+	expect_err("[daemon]\nlog_level = loud\n", 2, "log_level");
+	expect_err("[tier.ssd]\nrings = 0\n", 2, "rings");
+	expect_err("[tier.ssd]\nwriteback_batch = 5000\n", 2,
+		   "writeback_batch");
+}
+
+static void test_bad_sizes(void **state)
+{
+	expect_err("[tier.dram]\ncapacity = lots\n", 2, "capacity = 'lots'");
+	expect_err("[tier.dram]\ncapacity = 1Q\n", 2, "capacity");
+	expect_err("[tier.dram]\ncapacity = -1G\n", 2, "capacity");
+	expect_err("[tier.dram]\ncapacity = 0\n", 2, "capacity");
+	expect_err("[tier.dram]\ncapacity = 99999999999999999999\n", 2,
+		   "capacity");
+	expect_err("[tier.dram]\ncapacity = 17T\n", 2, "capacity");
+	expect_err("[daemon]\nmeta_mapsize = 4K\n", 2, "meta_mapsize");
+	expect_ok("[tier.dram]\ncapacity = 64k\n");
+	assert_int_equal(conf->dram_capacity, 64 << 10);
+}
+
+static void test_missing_required(void **state)
+{
+	static const char *const keys[] = {
+		"layers", "kv_heads", "head_dim", "dtype", "block_tokens",
+		"chunk_tokens",
+	};
+	char t[1024];
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		t[0] = '\n';
+		ns_without(t + 1, keys[i]);
+		/* the error names the section's line, here 2 */
+		expect_err(t, 2, keys[i]);
+	}
+	/* an empty namespace section; the next section ends it */
+	expect_err("[daemon]\n[namespace a]\n[tier.dram]\n", 2,
+		   "missing required key 'layers'");
+	/* ... or the end of the text */
+	expect_err("[namespace a]\n; nothing\n", 1, "missing required key");
+}
+
+static void test_chunk_exceeds_block(void **state)
+{
+	char t[1024];
+
+	ns_with(t, sizeof(t), "chunk_tokens = 17");
+	expect_err(t, 1, "chunk_tokens 17 exceeds block_tokens 16");
+}
+
+static void test_block_too_large(void **state)
+{
+	char t[1024];
+
+	/* 1024 layers * 1024 heads * 128 dim * 2 * 2 bytes * 16 = 8G */
+	snprintf(t, sizeof(t),
+		 "[namespace big]\nlayers = 1024\nkv_heads = 1024\n"
+		 "head_dim = 128\ndtype = bf16\nblock_tokens = 16\n"
+		 "chunk_tokens = 16\n");
+	expect_err(t, 1, "exceeds 4G");
+}
+
+static void test_namespace_names(void **state)
+{
+	char t[1024];
+	char name[80];
+
+	assert_int_equal(kvfs_conf_ns_name_ok("llama"), 0);
+	assert_int_equal(kvfs_conf_ns_name_ok("A-b_c.9"), 0);
+	assert_int_equal(kvfs_conf_ns_name_ok("x."), 0);
+	assert_int_equal(kvfs_conf_ns_name_ok(""), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok(NULL), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok(".hidden"), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok(".kvfs"), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok("a/b"), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok("a b"), -EINVAL);
+	assert_int_equal(kvfs_conf_ns_name_ok("é"), -EINVAL);
+	memset(name, 'n', 63);
+	name[63] = '\0';
+	assert_int_equal(kvfs_conf_ns_name_ok(name), 0);
+	name[63] = 'n';
+	name[64] = '\0';
+	assert_int_equal(kvfs_conf_ns_name_ok(name), -EINVAL);
+
+	/* a 63-character name survives inih's short section buffer */
+	name[63] = '\0';
+	snprintf(t, sizeof(t), "[namespace %s]\n%s", name,
+		 ns_ok + strlen("[namespace llama]\n"));
+	expect_ok(t);
+	assert_string_equal(conf->ns[0].name, name);
+	/* extra blanks around the name are allowed */
+	snprintf(t, sizeof(t), "[namespace \t m1 ]\n%s",
+		 ns_ok + strlen("[namespace llama]\n"));
+	expect_ok(t);
+	assert_string_equal(conf->ns[0].name, "m1");
+
+	expect_err("[namespace .x]\n", 1, "bad namespace name '.x'");
+	expect_err("[namespace a b]\n", 1, "bad namespace name 'a b'");
+	expect_err("[daemon]\n[namespace]\n", 2, "needs a name");
+	expect_err("[namespace  ]\n", 1, "needs a name");
+}
+
+static void test_too_many_namespaces(void **state)
+{
+	size_t cap = (KVFS_CONF_MAX_NS + 1) * 128;
+	char *t = malloc(cap);
+	const char *body = ns_ok + strlen("[namespace llama]\n");
+	unsigned line = 1;
+
+	assert_non_null(t);
+	t[0] = '\0';
+	for (int i = 0; i <= KVFS_CONF_MAX_NS; i++) {
+		char hdr[40];
+
+		snprintf(hdr, sizeof(hdr), "[namespace m%d]\n", i);
+		strcat(t, hdr);
+		strcat(t, body);
+		if (i < KVFS_CONF_MAX_NS)
+			line += 7;
+	}
+	expect_err(t, line, "more than 64 namespaces");
+	/* exactly the maximum is fine */
+	*strstr(t, "[namespace m64]") = '\0';
+	expect_ok(t);
+	assert_int_equal(conf->n_ns, KVFS_CONF_MAX_NS);
+	free(t);
+}
+
+static void test_policy(void **state)
+{
+	char t[4096] = "[policy]\nname = arc\n";
+
+	expect_ok(t);
+	assert_string_equal(conf->policy, "arc");
+	expect_err("[policy]\nname = \n", 2, "name = ''");
+	expect_err("[policy]\nname = Lru!\n", 2, "name = 'Lru!'");
+	expect_err("[policy]\nname = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 2,
+		   "name");
+	for (int i = 0; i <= KVFS_CONF_MAX_OPTS; i++) {
+		char l[32];
+
+		snprintf(l, sizeof(l), "k%d = %d\n", i, i);
+		strcat(t, l);
+	}
+	expect_err(t, 3 + KVFS_CONF_MAX_OPTS, "more than 32 policy options");
+}
+
+static void test_syntax_and_long_lines(void **state)
+{
+	char t[600];
+
+	expect_err("[daemon]\nthreads 4\n", 2, "syntax error");
+	expect_err("[daemon\n", 1, "syntax error");
+	/* inih's error comes first even though ours is found too */
+	expect_err("[daemon]\njunk\nthreads = 0\n", 2, "syntax error");
+	snprintf(t, sizeof(t), "[daemon]\nlog_file = /%0300d\n", 0);
+	expect_err(t, 2, "line longer than");
+	/* the same line without its newline, at the end of the text */
+	snprintf(t, sizeof(t), "[daemon]\nlog_file = /%0300d", 0);
+	expect_err(t, 2, "line longer than");
+	snprintf(t, sizeof(t), "[namespace a]\nsalt = %0150d\n", 0);
+	expect_err(t, 2, "salt: value longer than 63");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_full_valid),
+		cmocka_unit_test(test_load_file),
+		cmocka_unit_test(test_load_file_error_line),
+		cmocka_unit_test(test_chunk_not_dividing_ok),
+		cmocka_unit_test(test_unknown_section),
+		cmocka_unit_test(test_unknown_key),
+		cmocka_unit_test(test_duplicates),
+		cmocka_unit_test(test_bad_numbers),
+		cmocka_unit_test(test_bad_sizes),
+		cmocka_unit_test(test_missing_required),
+		cmocka_unit_test(test_chunk_exceeds_block),
+		cmocka_unit_test(test_block_too_large),
+		cmocka_unit_test(test_namespace_names),
+		cmocka_unit_test(test_too_many_namespaces),
+		cmocka_unit_test(test_policy),
+		cmocka_unit_test(test_syntax_and_long_lines),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,764 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/tier.h"
+#include "meta/log.h"
+
+#define PG 4096u
+#define DATA_OFF (16 * PG)
+#define SSD_SIZE (16u << 20)
+#define NRINGS 2
+
+/* Deterministic bytes for (@seed, byte position): any misplaced page shows. */
+static void fill(void *buf, uint64_t len, uint64_t seed)
+{
+	uint64_t *p = buf;
+
+	for (uint64_t i = 0; i < len / 8; i++) {
+		uint64_t x = seed * 0x9e3779b97f4a7c15ull + i;
+
+		x ^= x >> 31;
+		x *= 0xbf58476d1ce4e5b9ull;
+		p[i] = x ^ (x >> 29);
+	}
+}
+
+static bool same(const void *buf, uint64_t len, uint64_t seed)
+{
+	void *want = aligned_alloc(PG, len ? len : PG);
+	bool ok;
+
+	assert_non_null(want);
+	fill(want, len, seed);
+	ok = !memcmp(buf, want, len);
+	free(want);
+	return ok;
+}
+
+static void *xalloc(uint64_t len)
+{
+	void *p = aligned_alloc(PG, len);
+
+	assert_non_null(p);
+	return p;
+}
+
+/* ---- names ---- */
+
+static void test_names(void **state)
+{
+	assert_string_equal(kvfs_tier_name(KVFS_TIER_GPU), "gpu");
+	assert_string_equal(kvfs_tier_name(KVFS_TIER_DRAM), "dram");
+	assert_string_equal(kvfs_tier_name(KVFS_TIER_SSD), "ssd");
+	assert_int_equal(kvfs_tier_parse("gpu"), KVFS_TIER_GPU);
+	assert_int_equal(kvfs_tier_parse("dram"), KVFS_TIER_DRAM);
+	assert_int_equal(kvfs_tier_parse("ssd"), KVFS_TIER_SSD);
+	assert_int_equal(kvfs_tier_parse("SSD "), -EINVAL);
+	assert_int_equal(kvfs_tier_parse(""), -EINVAL);
+	assert_int_equal(kvfs_tier_parse(NULL), -EINVAL);
+	assert_string_equal(kvfs_tier_name(KVFS_NTIERS), "?");
+	assert_string_equal(kvfs_tier_name(-1), "?");
+	kvfs_tier_free(NULL);
+}
+
+/* ---- dram ---- */
+
+static void test_dram_capacity(void **state)
+{
+	struct kvfs_tier *t;
+	struct kvfs_extent e[10], x;
+
+	assert_int_equal(kvfs_tier_dram_init(10 * PG, &t), 0);
+	assert_int_equal(t->id, KVFS_TIER_DRAM);
+	assert_string_equal(t->ops->name, "dram");
+	assert_int_equal(t->capacity, 10 * PG);
+
+	assert_int_equal(t->ops->alloc(t, 1, &e[0]), 0);
+	assert_int_equal(e[0].len, PG);
+	assert_int_equal((uintptr_t)e[0].ptr % PG, 0);
+	assert_ptr_equal(t->ops->map(t, &e[0]), e[0].ptr);
+	assert_int_equal(atomic_load(&t->used), PG);
+
+	assert_int_equal(t->ops->alloc(t, 10 * PG, &x), -ENOSPC);
+	assert_int_equal(t->ops->alloc(t, 11 * PG, &x), -ENOSPC);
+	assert_int_equal(t->ops->alloc(t, UINT64_MAX, &x), -ENOSPC);
+	assert_int_equal(t->ops->alloc(t, 0, &x), -EINVAL);
+	for (int i = 1; i < 10; i++)
+		assert_int_equal(t->ops->alloc(t, PG, &e[i]), 0);
+	assert_int_equal(atomic_load(&t->used), 10 * PG);
+	assert_int_equal(t->ops->alloc(t, 1, &x), -ENOSPC);
+
+	t->ops->free(t, &e[3]);
+	assert_int_equal(atomic_load(&t->used), 9 * PG);
+	assert_int_equal(t->ops->alloc(t, PG, &e[3]), 0);
+	assert_int_equal(t->ops->claim(t, &e[3]), -EOPNOTSUPP);
+	assert_int_equal(t->ops->sync(t), 0);
+	for (int i = 0; i < 10; i++)
+		t->ops->free(t, &e[i]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	kvfs_tier_free(t);
+}
+
+static void test_dram_rw(void **state)
+{
+	struct kvfs_tier *t;
+	struct kvfs_extent e;
+	struct kvfs_tier_io io[3];
+	char *buf = xalloc(4 * PG), *out = xalloc(4 * PG);
+
+	assert_int_equal(kvfs_tier_dram_init(1 << 20, &t), 0);
+	assert_int_equal(t->ops->alloc(t, 3 * PG + 100, &e), 0);
+	assert_int_equal(e.len, 4 * PG);
+	fill(buf, 4 * PG, 7);
+	assert_int_equal(t->ops->write(t, &e, 0, buf, 4 * PG), 0);
+	/* Unaligned offsets and lengths are fine in DRAM. */
+	assert_int_equal(t->ops->write(t, &e, 5, "hello", 5), 0);
+	assert_int_equal(t->ops->read(t, &e, 3, out, 8), 0);
+	assert_memory_equal(out, buf + 3, 2);
+	assert_memory_equal(out + 2, "hello", 5);
+	assert_memory_equal(out + 7, buf + 10, 1);
+
+	/* Bounds. */
+	assert_int_equal(t->ops->read(t, &e, 4 * PG - 1, out, 2), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, 4 * PG + 1, out, 0), -EINVAL);
+	assert_int_equal(t->ops->write(t, &e, 1, buf, UINT64_MAX), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, UINT64_MAX, out, 2), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, 4 * PG, out, 0), 0);
+
+	io[0] = (struct kvfs_tier_io){ &e, PG, PG, out, 1 };
+	io[1] = (struct kvfs_tier_io){ &e, 4 * PG, 1, out + PG, 1 };
+	io[2] = (struct kvfs_tier_io){ &e, 2 * PG, 2 * PG, out + 2 * PG, 1 };
+	assert_int_equal(t->ops->readv(t, io, 3), -EINVAL);
+	assert_int_equal(io[0].res, 0);
+	assert_int_equal(io[1].res, -EINVAL);
+	assert_int_equal(io[2].res, 0);
+	assert_memory_equal(out, buf + PG, PG);
+	assert_memory_equal(out + 2 * PG, buf + 2 * PG, 2 * PG);
+
+	assert_int_equal(atomic_load(&t->st.writes), 2);
+	assert_int_equal(atomic_load(&t->st.bytes_written), 4 * PG + 5);
+	assert_int_equal(atomic_load(&t->st.reads), 4);
+	assert_int_equal(atomic_load(&t->st.bytes_read), 8 + 3 * PG);
+	t->ops->free(t, &e);
+	kvfs_tier_free(t);
+	free(buf);
+	free(out);
+}
+
+struct dram_race {
+	struct kvfs_tier *t;
+	struct kvfs_extent e[64];
+	int n;
+};
+
+static void *dram_race_fn(void *arg)
+{
+	struct dram_race *r = arg;
+
+	while (r->n < 64 && !r->t->ops->alloc(r->t, PG, &r->e[r->n]))
+		r->n++;
+	return NULL;
+}
+
+/* Four threads racing to fill the tier get exactly its capacity. */
+static void test_dram_concurrent_alloc(void **state)
+{
+	struct dram_race r[4];
+	pthread_t th[4];
+	struct kvfs_tier *t;
+	int total = 0;
+
+	assert_int_equal(kvfs_tier_dram_init(100 * PG, &t), 0);
+	for (int i = 0; i < 4; i++) {
+		r[i].t = t;
+		r[i].n = 0;
+		assert_int_equal(pthread_create(&th[i], NULL, dram_race_fn,
+						&r[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		total += r[i].n;
+	}
+	assert_int_equal(total, 100);
+	assert_int_equal(atomic_load(&t->used), 100 * PG);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < r[i].n; j++)
+			t->ops->free(t, &r[i].e[j]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	kvfs_tier_free(t);
+}
+
+/* ---- ssd, over memory and over a file ---- */
+
+struct fx {
+	bool file;
+	bool no_direct; /* /tmp refuses O_DIRECT: file tests are skipped */
+	char path[64];
+	struct kvfs_tier *t;
+};
+
+static struct fx fx_mem = { .file = false };
+static struct fx fx_file = { .file = true };
+
+static int ssd_open_fx(struct fx *f)
+{
+	return kvfs_tier_ssd_init(f->file ? f->path : NULL, DATA_OFF, SSD_SIZE,
+				  NRINGS, f->file ? 0 : KVFS_SSD_MEMORY, &f->t);
+}
+
+static int ssd_setup(void **state)
+{
+	struct fx *f = *state;
+	int fd;
+
+	f->t = NULL;
+	f->no_direct = false;
+	if (f->file) {
+		strcpy(f->path, "/tmp/kvfs-test-tier-XXXXXX");
+		fd = mkstemp(f->path);
+		if (fd < 0 || ftruncate(fd, SSD_SIZE))
+			return -1;
+		close(fd);
+		fd = open(f->path, O_RDWR | O_DIRECT);
+		if (fd < 0) {
+			f->no_direct = true;
+			return 0;
+		}
+		close(fd);
+	}
+	return ssd_open_fx(f) ? -1 : 0;
+}
+
+static int ssd_teardown(void **state)
+{
+	struct fx *f = *state;
+
+	kvfs_tier_free(f->t);
+	f->t = NULL;
+	if (f->file)
+		unlink(f->path);
+	return 0;
+}
+
+static struct kvfs_tier *fx_tier(void **state)
+{
+	struct fx *f = *state;
+
+	if (f->no_direct) {
+		print_message("/tmp refuses O_DIRECT: skipped\n");
+		skip();
+	}
+	return f->t;
+}
+
+static void test_ssd_basics(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	struct kvfs_extent e;
+
+	assert_int_equal(t->id, KVFS_TIER_SSD);
+	assert_string_equal(t->ops->name, "ssd");
+	assert_int_equal(t->capacity, SSD_SIZE - DATA_OFF);
+	assert_int_equal(t->align, PG);
+	assert_int_equal(t->ops->alloc(t, 1, &e), 0);
+	assert_int_equal(e.off, DATA_OFF);
+	assert_int_equal(e.len, PG);
+	assert_null(e.ptr);
+	assert_null(t->ops->map(t, &e));
+	assert_int_equal(atomic_load(&t->used), PG);
+	assert_int_equal(t->ops->alloc(t, 0, &e), -EINVAL);
+	assert_int_equal(t->ops->sync(t), 0);
+	t->ops->free(t, &e);
+	assert_int_equal(atomic_load(&t->used), 0);
+}
+
+static void test_ssd_rw_many(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 200 };
+	struct kvfs_extent e[N];
+	uint64_t total = 0;
+	char *buf = xalloc(16 * PG);
+	unsigned seed = 1;
+
+	for (int i = 0; i < N; i++) {
+		uint64_t len = (1 + (unsigned)rand_r(&seed) % 16) * PG;
+
+		assert_int_equal(t->ops->alloc(t, len, &e[i]), 0);
+		assert_int_equal(e[i].len, len);
+		fill(buf, len, (uint64_t)i);
+		assert_int_equal(t->ops->write(t, &e[i], 0, buf, len), 0);
+		total += len;
+	}
+	assert_int_equal(atomic_load(&t->used), total);
+	assert_int_equal(atomic_load(&t->st.writes), N);
+	assert_int_equal(atomic_load(&t->st.bytes_written), total);
+	assert_int_equal(t->ops->sync(t), 0);
+	/* Read back in another order. */
+	for (int k = 0; k < N; k++) {
+		int i = (k * 7) % N;
+
+		memset(buf, 0, e[i].len);
+		assert_int_equal(t->ops->read(t, &e[i], 0, buf, e[i].len), 0);
+		assert_true(same(buf, e[i].len, (uint64_t)i));
+	}
+	/* A partial read inside an extent. */
+	for (int i = 0; i < N; i++) {
+		if (e[i].len < 3 * PG)
+			continue;
+		char *want = xalloc(e[i].len);
+
+		fill(want, e[i].len, (uint64_t)i);
+		assert_int_equal(t->ops->read(t, &e[i], PG, buf, PG), 0);
+		assert_memory_equal(buf, want + PG, PG);
+		free(want);
+		break;
+	}
+	assert_int_equal(atomic_load(&t->st.bytes_read), total + PG);
+	assert_int_equal(atomic_load(&t->st.reads), N + 1);
+	for (int i = 0; i < N; i++)
+		t->ops->free(t, &e[i]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	free(buf);
+}
+
+static void test_ssd_readv(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 64 };
+	struct kvfs_extent big, small[8];
+	struct kvfs_tier_io io[N];
+	char *src = xalloc(64 * PG), *dst = xalloc(N * 2 * PG);
+	char *want = xalloc(2 * PG);
+	uint64_t reads0, rbytes0, bytes = 0;
+
+	assert_int_equal(t->ops->alloc(t, 64 * PG, &big), 0);
+	fill(src, 64 * PG, 1000);
+	assert_int_equal(t->ops->write(t, &big, 0, src, 64 * PG), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(t->ops->alloc(t, 2 * PG, &small[i]), 0);
+		fill(want, 2 * PG, 2000 + (uint64_t)i);
+		assert_int_equal(t->ops->write(t, &small[i], 0, want, 2 * PG),
+				 0);
+	}
+	/* 32 adjacent pages of the big extent, backwards, then 32 ranges
+	 * spread over the small extents.
+	 */
+	for (int i = 0; i < N; i++) {
+		io[i].buf = dst + (size_t)i * 2 * PG;
+		io[i].res = 1;
+		if (i < 32) {
+			io[i].ext = &big;
+			io[i].off = (uint64_t)(31 - i) * PG;
+			io[i].len = PG;
+		} else {
+			io[i].ext = &small[i % 8];
+			io[i].off = (i & 8) ? PG : 0;
+			io[i].len = (i & 16) ? PG : 2 * PG - io[i].off;
+		}
+		bytes += io[i].len;
+	}
+	reads0 = atomic_load(&t->st.reads);
+	rbytes0 = atomic_load(&t->st.bytes_read);
+	assert_int_equal(t->ops->readv(t, io, N), 0);
+	assert_int_equal(atomic_load(&t->st.reads) - reads0, N);
+	assert_int_equal(atomic_load(&t->st.bytes_read) - rbytes0, bytes);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(io[i].res, 0);
+		if (i < 32) {
+			assert_memory_equal(io[i].buf, src + io[i].off, PG);
+		} else {
+			fill(want, 2 * PG, 2000 + (uint64_t)(i % 8));
+			assert_memory_equal(io[i].buf, want + io[i].off,
+					    io[i].len);
+		}
+	}
+
+	/* One bad range fails alone; the others still complete. */
+	memset(dst, 0, N * 2 * PG);
+	io[5].off = 100;
+	io[40].off = 64 * PG;
+	assert_int_equal(t->ops->readv(t, io, N), -EINVAL);
+	for (int i = 0; i < N; i++) {
+		if (i == 5 || i == 40) {
+			assert_int_equal(io[i].res, -EINVAL);
+			continue;
+		}
+		assert_int_equal(io[i].res, 0);
+		if (i < 32)
+			assert_memory_equal(io[i].buf, src + io[i].off, PG);
+	}
+	assert_int_equal(t->ops->readv(t, io, 0), 0);
+
+	t->ops->free(t, &big);
+	for (int i = 0; i < 8; i++)
+		t->ops->free(t, &small[i]);
+	free(src);
+	free(dst);
+	free(want);
+}
+
+/* More ranges than one ring holds: the batch is split, none is lost. */
+static void test_ssd_readv_large(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 700 };
+	struct kvfs_extent e;
+	struct kvfs_tier_io *io = calloc(N, sizeof(*io));
+	char *src = xalloc(N * PG), *dst = xalloc(N * PG);
+
+	assert_non_null(io);
+	assert_int_equal(t->ops->alloc(t, N * PG, &e), 0);
+	fill(src, N * PG, 77);
+	assert_int_equal(t->ops->write(t, &e, 0, src, N * PG), 0);
+	memset(dst, 0, N * PG);
+	for (int i = 0; i < N; i++) {
+		io[i].ext = &e;
+		io[i].off = (uint64_t)((i * 37) % N) * PG;
+		io[i].len = PG;
+		io[i].buf = dst + io[i].off;
+		io[i].res = 1;
+	}
+	assert_int_equal(t->ops->readv(t, io, N), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(io[i].res, 0);
+	assert_memory_equal(dst, src, N * PG);
+	t->ops->free(t, &e);
+	free(io);
+	free(src);
+	free(dst);
+}
+
+static void test_ssd_unaligned(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	struct kvfs_extent e, bad;
+	char *buf = xalloc(4 * PG);
+	uint64_t w0 = atomic_load(&t->st.writes);
+
+	assert_int_equal(t->ops->alloc(t, 2 * PG, &e), 0);
+	assert_int_equal(t->ops->write(t, &e, 0, buf + 512, PG), -EINVAL);
+	assert_int_equal(t->ops->write(t, &e, 512, buf, PG), -EINVAL);
+	assert_int_equal(t->ops->write(t, &e, 0, buf, 1000), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, 0, buf + 1, PG), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, PG, buf, 2 * PG), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, 2 * PG, buf, PG), -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, UINT64_MAX - PG + 1, buf, PG),
+			 -EINVAL);
+	assert_int_equal(t->ops->read(t, &e, 0, NULL, PG), -EINVAL);
+	assert_int_equal(t->ops->readv(t, NULL, 1), -EINVAL);
+	/* Extents that the tier could not have handed out. */
+	bad = (struct kvfs_extent){ .off = 0, .len = PG };
+	assert_int_equal(t->ops->read(t, &bad, 0, buf, PG), -EINVAL);
+	bad = (struct kvfs_extent){ .off = SSD_SIZE, .len = PG };
+	assert_int_equal(t->ops->write(t, &bad, 0, buf, PG), -EINVAL);
+	bad = (struct kvfs_extent){ .off = DATA_OFF + 100, .len = PG };
+	assert_int_equal(t->ops->read(t, &bad, 0, buf, PG), -EINVAL);
+	/* Nothing was issued. */
+	assert_int_equal(atomic_load(&t->st.writes), w0);
+	/* Zero bytes is a no-op. */
+	assert_int_equal(t->ops->read(t, &e, 2 * PG, buf, 0), 0);
+	t->ops->free(t, &e);
+	free(buf);
+}
+
+static bool overlaps(const struct kvfs_extent *a, const struct kvfs_extent *b)
+{
+	return a->off < b->off + b->len && b->off < a->off + a->len;
+}
+
+static void test_ssd_claim(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	struct kvfs_extent c[3] = {
+		{ .off = DATA_OFF + 8 * PG, .len = 4 * PG },
+		{ .off = DATA_OFF + 100 * PG, .len = PG },
+		{ .off = SSD_SIZE - 2 * PG, .len = 2 * PG },
+	};
+	struct kvfs_extent bad, *got;
+	size_t ngot = 0, cap = (SSD_SIZE - DATA_OFF) / PG;
+	uint64_t claimed = 0;
+
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(t->ops->claim(t, &c[i]), 0);
+		claimed += c[i].len;
+	}
+	assert_int_equal(atomic_load(&t->used), claimed);
+	assert_int_equal(t->ops->claim(t, &c[0]), -EEXIST);
+	bad = (struct kvfs_extent){ .off = DATA_OFF + 9 * PG, .len = 8 * PG };
+	assert_int_equal(t->ops->claim(t, &bad), -EEXIST);
+	bad = (struct kvfs_extent){ .off = 0, .len = PG };
+	assert_int_equal(t->ops->claim(t, &bad), -EINVAL);
+	bad = (struct kvfs_extent){ .off = SSD_SIZE, .len = PG };
+	assert_int_equal(t->ops->claim(t, &bad), -EINVAL);
+	bad = (struct kvfs_extent){ .off = DATA_OFF + PG + 1, .len = PG };
+	assert_int_equal(t->ops->claim(t, &bad), -EINVAL);
+	assert_int_equal(atomic_load(&t->used), claimed);
+
+	/* Fill the rest with allocations of mixed sizes. */
+	got = calloc(cap, sizeof(*got));
+	assert_non_null(got);
+	for (unsigned k = 0;; k++) {
+		uint64_t len = (k % 3 + 1) * PG;
+
+		if (t->ops->alloc(t, len, &got[ngot])) {
+			if (len == PG)
+				break;
+			continue;
+		}
+		for (int i = 0; i < 3; i++)
+			assert_false(overlaps(&got[ngot], &c[i]));
+		assert_true(got[ngot].off >= DATA_OFF);
+		assert_true(got[ngot].off + got[ngot].len <= SSD_SIZE);
+		ngot++;
+	}
+	assert_int_equal(atomic_load(&t->used), SSD_SIZE - DATA_OFF);
+	assert_int_equal(t->ops->alloc(t, PG, &bad), -ENOSPC);
+	for (size_t i = 1; i < ngot; i++)
+		assert_false(overlaps(&got[i - 1], &got[i]));
+
+	/* A double free changes nothing. */
+	t->ops->free(t, &got[0]);
+	t->ops->free(t, &got[0]);
+	assert_int_equal(atomic_load(&t->used),
+			 SSD_SIZE - DATA_OFF - got[0].len);
+	for (size_t i = 1; i < ngot; i++)
+		t->ops->free(t, &got[i]);
+	for (int i = 0; i < 3; i++)
+		t->ops->free(t, &c[i]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	assert_int_equal(t->ops->alloc(t, SSD_SIZE - DATA_OFF, &bad), 0);
+	t->ops->free(t, &bad);
+	free(got);
+}
+
+struct worker {
+	struct kvfs_tier *t;
+	unsigned id;
+	int err;
+};
+
+static void *worker_fn(void *arg)
+{
+	struct worker *w = arg;
+	struct kvfs_tier *t = w->t;
+	struct kvfs_extent e[8];
+	uint64_t gen[8];
+	char *buf = aligned_alloc(PG, 8 * PG);
+	char *want = aligned_alloc(PG, 8 * PG);
+	unsigned seed = w->id + 1;
+	int ne = 0;
+
+	w->err = -ENOMEM;
+	if (!buf || !want)
+		goto out;
+	for (ne = 0; ne < 8; ne++) {
+		w->err = t->ops->alloc(t, (1 + (unsigned)ne % 8) * PG, &e[ne]);
+		if (w->err)
+			goto out;
+		gen[ne] = 0;
+	}
+	for (int it = 0; it < 400; it++) {
+		int i = rand_r(&seed) % 8;
+		uint64_t tag = ((uint64_t)w->id << 32) | ((uint64_t)i << 24);
+
+		if (rand_r(&seed) % 2 || !gen[i]) {
+			gen[i]++;
+			fill(buf, e[i].len, tag | gen[i]);
+			w->err = t->ops->write(t, &e[i], 0, buf, e[i].len);
+		} else {
+			w->err = t->ops->read(t, &e[i], 0, buf, e[i].len);
+			fill(want, e[i].len, tag | gen[i]);
+			if (!w->err && memcmp(buf, want, e[i].len))
+				w->err = -EILSEQ;
+		}
+		if (w->err)
+			goto out;
+	}
+	w->err = 0;
+out:
+	while (ne--)
+		t->ops->free(t, &e[ne]);
+	free(buf);
+	free(want);
+	return NULL;
+}
+
+/* 4 threads on 2 rings: some must wait for a ring, all data stays right. */
+static void test_ssd_concurrent(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	struct worker w[4];
+	pthread_t th[4];
+
+	for (unsigned i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .t = t, .id = i, .err = 1 };
+		assert_int_equal(pthread_create(&th[i], NULL, worker_fn,
+						&w[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(w[i].err, 0);
+	assert_int_equal(atomic_load(&t->used), 0);
+}
+
+/* ---- ssd, file only ---- */
+
+static void test_ssd_persist(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = fx_tier(state);
+	struct kvfs_extent e[16];
+	char *buf = xalloc(8 * PG);
+	char hdr[PG], got[PG];
+	int fd;
+
+	/* The file header below data_off is never touched by the tier. */
+	memset(hdr, 0xab, sizeof(hdr));
+	fd = open(f->path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, hdr, PG, DATA_OFF - PG), PG);
+
+	for (int i = 0; i < 16; i++) {
+		uint64_t len = (uint64_t)(i % 4 + 1) * 2 * PG;
+
+		assert_int_equal(t->ops->alloc(t, len, &e[i]), 0);
+		fill(buf, len, 500 + (uint64_t)i);
+		assert_int_equal(t->ops->write(t, &e[i], 0, buf, len), 0);
+	}
+	assert_int_equal(t->ops->sync(t), 0);
+
+	/* Offsets are file offsets: a plain pread sees the same bytes. */
+	assert_int_equal(pread(fd, buf, e[3].len, (off_t)e[3].off),
+			 (ssize_t)e[3].len);
+	assert_true(same(buf, e[3].len, 503));
+
+	kvfs_tier_free(t);
+	f->t = NULL;
+	assert_int_equal(ssd_open_fx(f), 0);
+	t = f->t;
+	assert_int_equal(atomic_load(&t->used), 0);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(t->ops->claim(t, &e[i]), 0);
+	for (int i = 15; i >= 0; i--) {
+		memset(buf, 0, e[i].len);
+		assert_int_equal(t->ops->read(t, &e[i], 0, buf, e[i].len), 0);
+		assert_true(same(buf, e[i].len, 500 + (uint64_t)i));
+	}
+	assert_int_equal(pread(fd, got, PG, DATA_OFF - PG), PG);
+	assert_memory_equal(got, hdr, PG);
+	close(fd);
+	free(buf);
+}
+
+/* Reads past the end of a file that shrank under the tier fail with -EIO:
+ * a read that stops short is continued and then gets nothing.
+ */
+static void test_ssd_truncated_eio(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = fx_tier(state);
+	struct kvfs_extent e;
+	struct kvfs_tier_io io[2];
+	char *buf = xalloc(8 * PG);
+
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &e), 0);
+	fill(buf, 8 * PG, 9);
+	assert_int_equal(t->ops->write(t, &e, 0, buf, 8 * PG), 0);
+	assert_int_equal(truncate(f->path, (off_t)(e.off + 3 * PG)), 0);
+
+	assert_int_equal(t->ops->read(t, &e, 0, buf, 8 * PG), -EIO);
+	assert_int_equal(t->ops->read(t, &e, 4 * PG, buf, PG), -EIO);
+	memset(buf, 0, 8 * PG);
+	assert_int_equal(t->ops->read(t, &e, 0, buf, 3 * PG), 0);
+	assert_true(same(buf, 3 * PG, 9));
+
+	io[0] = (struct kvfs_tier_io){ &e, 0, PG, buf, 1 };
+	io[1] = (struct kvfs_tier_io){ &e, 2 * PG, 2 * PG, buf + PG, 1 };
+	assert_int_equal(t->ops->readv(t, io, 2), -EIO);
+	assert_int_equal(io[0].res, 0);
+	assert_int_equal(io[1].res, -EIO);
+	t->ops->free(t, &e);
+	free(buf);
+}
+
+static void test_ssd_init_errors(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = NULL;
+
+	fx_tier(state);
+	assert_int_equal(kvfs_tier_ssd_init("/tmp/kvfs-no-such-file-here",
+					    DATA_OFF, SSD_SIZE, 1, 0, &t),
+			 -ENOENT);
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF, SSD_SIZE + 1, 1,
+					    0, &t), -EINVAL);
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF + 1, SSD_SIZE, 1,
+					    0, &t), -EINVAL);
+	assert_int_equal(kvfs_tier_ssd_init(f->path, SSD_SIZE, SSD_SIZE, 1, 0,
+					    &t), -EINVAL);
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF, SSD_SIZE, 0, 0,
+					    &t), -EINVAL);
+	assert_int_equal(kvfs_tier_ssd_init(NULL, DATA_OFF, SSD_SIZE, 1, 0,
+					    &t), -EINVAL);
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF, SSD_SIZE, 1,
+					    1u << 7, &t), -EINVAL);
+	/* The file is smaller than the size asked for. */
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF, 2 * SSD_SIZE, 1,
+					    0, &t), -EINVAL);
+	/* A directory is no data file. */
+	assert_true(kvfs_tier_ssd_init("/tmp", DATA_OFF, SSD_SIZE, 1, 0, &t)
+		    < 0);
+	assert_null(t);
+	/* With NOSYNC, sync is a no-op that succeeds. */
+	assert_int_equal(kvfs_tier_ssd_init(f->path, DATA_OFF, SSD_SIZE, 1,
+					    KVFS_SSD_NOSYNC, &t), 0);
+	assert_int_equal(t->ops->sync(t), 0);
+	kvfs_tier_free(t);
+}
+
+/* One test over one backing, named so that failures say which. */
+#define SSD_TEST(fn, fx) { #fn "/" #fx, fn, ssd_setup, ssd_teardown, &(fx) }
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_dram_capacity),
+		cmocka_unit_test(test_dram_rw),
+		cmocka_unit_test(test_dram_concurrent_alloc),
+		SSD_TEST(test_ssd_basics, fx_mem),
+		SSD_TEST(test_ssd_basics, fx_file),
+		SSD_TEST(test_ssd_rw_many, fx_mem),
+		SSD_TEST(test_ssd_rw_many, fx_file),
+		SSD_TEST(test_ssd_readv, fx_mem),
+		SSD_TEST(test_ssd_readv, fx_file),
+		SSD_TEST(test_ssd_readv_large, fx_mem),
+		SSD_TEST(test_ssd_readv_large, fx_file),
+		SSD_TEST(test_ssd_unaligned, fx_mem),
+		SSD_TEST(test_ssd_unaligned, fx_file),
+		SSD_TEST(test_ssd_claim, fx_mem),
+		SSD_TEST(test_ssd_claim, fx_file),
+		SSD_TEST(test_ssd_concurrent, fx_mem),
+		SSD_TEST(test_ssd_concurrent, fx_file),
+		SSD_TEST(test_ssd_persist, fx_file),
+		SSD_TEST(test_ssd_truncated_eio, fx_file),
+		SSD_TEST(test_ssd_init_errors, fx_file),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
