@@ -918,15 +918,23 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 }
 
 /*
- * Load @b from the SSD. Into DRAM when room can be made there (the block
- * is being read, so LRU-like policies want it up), else into the reader's
- * private buffer. Caller holds b->io_lock.
+ * Load @b from the SSD (io_uring, O_DIRECT, verified). @mode says where
+ * the copy goes:
+ *   KVFS_LOAD_READ   into DRAM if the policy admits it there and room can
+ *                    be made, else into a private buffer returned in
+ *                    *priv (the reader's own copy);
+ *   KVFS_LOAD_PIN    into DRAM, evicting others if needed, or -ENOSPC;
+ *   KVFS_LOAD_MOVE   into DRAM only if it has free room now (promotion
+ *                    never grows the upper tier), else -ENOSPC.
+ * Caller holds b->io_lock.
  */
-static int load_from_ssd(struct kvfs_cache *c, struct kvfs_reader *r)
+int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
+		    void **priv, uint64_t *priv_len)
 {
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
-	struct kvfs_block *b = r->b;
+	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
 	struct kvfs_extent ext = { 0 }, sx;
+	bool admit = true;
 	void *buf;
 	int rc;
 
@@ -939,11 +947,24 @@ static int load_from_ssd(struct kvfs_cache *c, struct kvfs_reader *r)
 			 b->ino);
 		return rc;
 	}
-	if (kvfs_dram_reserve(c, sx.len, &ext) == 0) {
-		buf = ext.ptr;
-	} else if (posix_memalign(&buf, KVFS_FMT_ALIGN, sx.len)) {
-		return -ENOMEM;
+	if (mode == KVFS_LOAD_READ) {
+		pthread_mutex_lock(&c->policy_lock);
+		admit = kvfs_policy_admit(c->policy, KVFS_TIER_SSD,
+					  KVFS_TIER_DRAM, &b->pn);
+		pthread_mutex_unlock(&c->policy_lock);
 	}
+	if (mode == KVFS_LOAD_MOVE)
+		rc = dram->ops->alloc(dram, sx.len, &ext);
+	else if (admit)
+		rc = kvfs_dram_reserve(c, sx.len, &ext);
+	else
+		rc = -ENOSPC;
+	if (rc && mode != KVFS_LOAD_READ)
+		return rc;
+	if (!rc)
+		buf = ext.ptr;
+	else if (posix_memalign(&buf, KVFS_FMT_ALIGN, sx.len))
+		return -ENOMEM;
 	rc = ssd->ops->read(ssd, &sx, 0, buf, sx.len);
 	if (!rc)
 		rc = verify_loaded(c, b, buf);
@@ -951,8 +972,8 @@ static int load_from_ssd(struct kvfs_cache *c, struct kvfs_reader *r)
 		goto out_free;
 	atomic_fetch_add(&ssd->st.hits, 1);
 	if (!ext.ptr) {
-		r->priv = buf;
-		r->priv_len = sx.len;
+		*priv = buf;
+		*priv_len = sx.len;
 		return 0;
 	}
 	pthread_mutex_lock(&c->policy_lock);
@@ -964,13 +985,12 @@ static int load_from_ssd(struct kvfs_cache *c, struct kvfs_reader *r)
 	struct kvfs_paccess a = { .now = kvfs_util_now_real() };
 	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
 	pthread_mutex_unlock(&c->policy_lock);
-	atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
+	atomic_fetch_add(&dram->st.blocks, 1);
 	return 0;
 
 out_free:
 	if (ext.ptr)
-		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM],
-						   &ext);
+		dram->ops->free(dram, &ext);
 	else
 		free(buf);
 	return rc;
@@ -1009,7 +1029,10 @@ int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 		}
 		atomic_fetch_sub(&b->readers, 1);
 		pthread_mutex_lock(&b->io_lock);
-		rc = atomic_load(&b->dram_ptr) ? 0 : load_from_ssd(c, r);
+		rc = atomic_load(&b->dram_ptr)
+			     ? 0
+			     : kvfs_block_load(c, b, KVFS_LOAD_READ, &r->priv,
+					       &r->priv_len);
 		pthread_mutex_unlock(&b->io_lock);
 		if (rc)
 			return rc;
@@ -1105,10 +1128,10 @@ int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
 			return rc;
 		}
 		pthread_mutex_lock(&b->io_lock);
-		rc = atomic_load(&b->dram_ptr) ? 0 : load_from_ssd(c, &r);
+		rc = atomic_load(&b->dram_ptr)
+			     ? 0
+			     : kvfs_block_load(c, b, KVFS_LOAD_PIN, NULL, NULL);
 		pthread_mutex_unlock(&b->io_lock);
-		if (!rc && r.priv)
-			rc = -ENOSPC; /* DRAM had no room for it */
 		kvfs_cache_reader_release(c, &r);
 		if (rc) {
 			atomic_fetch_and(&b->pins, ~bit);
@@ -1204,6 +1227,10 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 	CS("writeback.blocks", atomic_load(&c->st_wb_blocks));
 	CS("writeback.errors", atomic_load(&c->st_wb_errors));
 	CS("meta.counter_flushes", atomic_load(&c->st_counter_flushes));
+	CS("policy.discarded", atomic_load(&c->st_discards));
+	CS("policy.promoted", atomic_load(&c->st_promoted));
+	CS("policy.demoted", atomic_load(&c->st_demoted));
+	CS("policy.promote_passes", atomic_load(&c->st_promote_passes));
 	for (size_t i = 0; i < c->n_ns; i++)
 		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", c->ns[i].rec.name,
 			kvfs_ns_nblocks(&c->ns[i]));

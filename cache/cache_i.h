@@ -137,6 +137,8 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_wb_batches, st_wb_blocks, st_wb_errors;
 	atomic_uint_least64_t st_csum_errors, st_counter_flushes;
 	atomic_uint_least64_t st_lookups_missing;
+	atomic_uint_least64_t st_discards, st_promoted, st_demoted;
+	atomic_uint_least64_t st_promote_passes;
 };
 
 /* cache.c */
@@ -152,6 +154,14 @@ void kvfs_cache_drain_touches(struct kvfs_cache *c);
 void kvfs_cache_touch(struct kvfs_cache *c, struct kvfs_block *b);
 void kvfs_cache_record_fill(struct kvfs_block *b, struct kvfs_meta_blk *r);
 
+enum kvfs_load_mode {
+	KVFS_LOAD_READ = 1,
+	KVFS_LOAD_PIN,
+	KVFS_LOAD_MOVE,
+};
+int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
+		    void **priv, uint64_t *priv_len);
+
 /* cache_wb.c */
 int kvfs_wb_start(struct kvfs_cache *c);
 void kvfs_wb_stop(struct kvfs_cache *c);
@@ -162,6 +172,7 @@ int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		      const char *why);
 int kvfs_counters_flush(struct kvfs_cache *c);
+int kvfs_promote_pass(struct kvfs_cache *c);
 void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b);
 
 #endif

@@ -329,7 +329,8 @@ static int recover_blocks(struct kvfs_cache *c)
 	if (rc)
 		goto out_free;
 	/* Oldest access first, so recency-ordered policies rebuild in order. */
-	qsort(l.v, l.n, sizeof(*l.v), by_last_access);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), by_last_access);
 
 	for (size_t i = 0; i < l.n; i++) {
 		const struct kvfs_meta_blk *r = &l.v[i].r;
@@ -373,15 +374,11 @@ static int recover_blocks(struct kvfs_cache *c)
 		b->ssd = e;
 		atomic_store(&b->flags, KVFS_B_PERSISTED);
 		atomic_store(&b->tiers, KVFS_TIER_BIT_SSD);
-		atomic_store(&b->pins, r->pins & KVFS_TIER_BIT_SSD);
+		atomic_store(&b->pins, r->pins &
+					       (KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD));
 		atomic_store(&b->category, r->category);
 		atomic_store(&b->hits, r->hits);
 		atomic_store(&b->last_access, r->last_access);
-		if (r->pins & ~KVFS_TIER_BIT_SSD)
-			kvfs_info("block %s: DRAM/GPU pin not restored after "
-				  "restart; its SSD copy stays pinned", hex);
-		if (r->pins)
-			atomic_fetch_or(&b->pins, KVFS_TIER_BIT_SSD);
 		if (kvfs_index_insert(c, b)) {
 			kvfs_err("block record %s duplicated: skipped", hex);
 			ssd->ops->free(ssd, &e);
@@ -420,6 +417,45 @@ static int recover_blocks(struct kvfs_cache *c)
 out_free:
 	free(l.v);
 	return rc;
+}
+
+/*
+ * A DRAM pin is a promise that reads never touch the SSD: keep it across
+ * restarts by loading those blocks again. A block that no longer fits is
+ * reported and left pinned on the SSD only.
+ */
+static void reload_dram_pins(struct kvfs_cache *c)
+{
+	for (size_t i = 0; i < c->n_ns; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+		size_t n;
+
+		pthread_rwlock_rdlock(&ns->lock);
+		n = ns->n;
+		pthread_rwlock_unlock(&ns->lock);
+		for (size_t j = 0; j < n; j++) {
+			struct kvfs_block *b = NULL;
+
+			pthread_rwlock_rdlock(&ns->lock);
+			if (j < ns->n) {
+				b = ns->blocks[j];
+				kvfs_block_get_ref(b);
+			}
+			pthread_rwlock_unlock(&ns->lock);
+			if (!b)
+				break;
+			if (atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM) {
+				int rc = kvfs_cache_pin(c, b, KVFS_TIER_DRAM);
+
+				if (rc)
+					kvfs_warn("ns %s: block ino %" PRIu64
+						  ": DRAM pin not restored: %s",
+						  ns->rec.name, b->ino,
+						  strerror(-rc));
+			}
+			kvfs_cache_put(c, b);
+		}
+	}
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -488,6 +524,7 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	rc = kvfs_wb_start(c);
 	if (rc)
 		goto out_free;
+	reload_dram_pins(c);
 	*out = c;
 	return 0;
 

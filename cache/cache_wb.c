@@ -179,11 +179,45 @@ static bool wait_writeback(struct kvfs_cache *c)
 	return progress;
 }
 
+/*
+ * Drop @b from DRAM and ask the policy whether it may stay in the tier
+ * below. A refused block goes further down; below the SSD there is
+ * nothing, so it is discarded (HotPrefix's selective admission). Caller
+ * holds c->policy_lock; returns with it held. *discard tells the caller to
+ * delete @b once the lock is released (a delete takes c->meta_lock, which
+ * comes first in the lock order).
+ */
+static int demote_dram(struct kvfs_cache *c, struct kvfs_block *b,
+		       bool *discard)
+{
+	int rc = drop_dram(c, b);
+
+	*discard = false;
+	if (rc)
+		return rc;
+	if (!kvfs_policy_admit(c->policy, KVFS_TIER_DRAM, KVFS_TIER_SSD,
+			       &b->pn) &&
+	    !atomic_load(&b->pins)) {
+		kvfs_block_get_ref(b);
+		*discard = true;
+	}
+	return 0;
+}
+
+static void discard_block(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	if (kvfs_block_delete(c, b, "discarded: not admitted to the SSD "
+				    "tier") == 0)
+		atomic_fetch_add(&c->st_discards, 1);
+	kvfs_cache_put(c, b);
+}
+
 int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 		      struct kvfs_extent *e)
 {
 	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
 	struct kvfs_pnode *v;
+	bool discard = false;
 	int rc;
 
 	if (len > dram->capacity)
@@ -197,14 +231,70 @@ int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 		v = kvfs_policy_victim(c->policy, KVFS_TIER_DRAM, ok_dram,
 				       NULL);
 		if (v)
-			rc = drop_dram(c, pn_block(v));
+			demote_dram(c, pn_block(v), &discard);
 		pthread_mutex_unlock(&c->policy_lock);
+		if (discard)
+			discard_block(c, pn_block(v));
 		if (v)
 			continue; /* dropped, or a reader raced: look again */
 		/* Unpersisted blocks are written first, then dropped. */
 		if (!wait_writeback(c))
 			return -ENOSPC;
 	}
+}
+
+/*
+ * One promotion round between DRAM and the SSD: the policy's plan (e.g.
+ * HotPrefix's Algorithm 2) lists blocks to move down and blocks to load
+ * up. Moves down go first and loads only use room that is free, so the
+ * upper tier never grows. Runs in the mover thread, never under a FUSE
+ * request.
+ */
+int kvfs_promote_pass(struct kvfs_cache *c)
+{
+	struct kvfs_pmove plan[64];
+	struct kvfs_block *blk[64];
+	size_t n;
+
+	pthread_mutex_lock(&c->policy_lock);
+	kvfs_cache_drain_touches(c);
+	n = kvfs_policy_promote(c->policy, KVFS_TIER_SSD, KVFS_TIER_DRAM,
+				plan, 64);
+	for (size_t i = 0; i < n; i++) {
+		blk[i] = pn_block(plan[i].node);
+		kvfs_block_get_ref(blk[i]);
+	}
+	pthread_mutex_unlock(&c->policy_lock);
+	if (n)
+		atomic_fetch_add(&c->st_promote_passes, 1);
+
+	for (size_t i = 0; i < n; i++) {
+		struct kvfs_block *b = blk[i];
+		bool discard = false;
+
+		if (atomic_load(&b->flags) & KVFS_B_DELETED)
+			continue;
+		if (plan[i].op == KVFS_PMOVE_DOWN) {
+			pthread_mutex_lock(&c->policy_lock);
+			if (ok_dram(&b->pn, NULL) &&
+			    demote_dram(c, b, &discard) == 0)
+				atomic_fetch_add(&c->st_demoted, 1);
+			pthread_mutex_unlock(&c->policy_lock);
+			if (discard)
+				discard_block(c, b);
+		} else if (plan[i].op == KVFS_PMOVE_UP &&
+			   !atomic_load(&b->dram_ptr)) {
+			pthread_mutex_lock(&b->io_lock);
+			if (!atomic_load(&b->dram_ptr) &&
+			    kvfs_block_load(c, b, KVFS_LOAD_MOVE, NULL,
+					    NULL) == 0)
+				atomic_fetch_add(&c->st_promoted, 1);
+			pthread_mutex_unlock(&b->io_lock);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		kvfs_cache_put(c, blk[i]);
+	return 0;
 }
 
 static int ssd_reserve(struct kvfs_cache *c, uint64_t len,
@@ -532,6 +622,7 @@ static void *mv_main(void *arg)
 		struct kvfs_paccess a = { .now = kvfs_util_now_real() };
 		kvfs_policy_tick(c->policy, &a);
 		pthread_mutex_unlock(&c->policy_lock);
+		kvfs_promote_pass(c);
 		kvfs_counters_flush(c);
 
 		pthread_mutex_lock(&c->mv_lock);

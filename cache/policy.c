@@ -24,6 +24,7 @@ const struct kvfs_policy_ops *const kvfs_policy_registry[] = {
 	&kvfs_policy_arc_ops,
 	&kvfs_policy_hotprefix_ops,
 	&kvfs_policy_wa_ops,
+	&kvfs_policy_plfu_ops,
 	&kvfs_policy_belady_ops,
 	NULL,
 };

@@ -9,11 +9,14 @@
  *    together: |T1|, |T2|, |B1|, |B2| and c are sums of sizes, a ghost keeps
  *    the size its block had, and a ghost hit moves p by delta * s.
  *  - Order of events.  The caller asks for a victim before it inserts the
- *    block that needs the room, so REPLACE runs before ARC sees x: p is
- *    adapted at insert (one step late) and the "x in B2 and |T1| == p" tie
- *    of REPLACE cannot be seen (it is taken as false).  Case IV's ghost
- *    trimming runs after x is added; it removes exactly what the canonical
- *    order would (keeps |T1|+|B1| <= c and the total <= 2c).
+ *    block that needs the room, so REPLACE runs before ARC sees x.  The
+ *    adaptation of p happens at insert, with delta computed from the ghost
+ *    sizes as they were before those REPLACEs (the ghosts they added are
+ *    tracked as "pending"), so p takes canonical values; what REPLACE cannot
+ *    have is the adapted p of the same miss and the "x in B2 and |T1| == p"
+ *    tie (taken as false).  Case IV's ghost trimming runs after x is added;
+ *    it removes what the canonical order would (keeps |T1|+|B1| <= c and
+ *    the total <= 2c).
  *  - Ties.  Blocks touched by one request share a recency stamp; inside
  *    T1 and T2 the deepest goes first among equal stamps (as vLLM does).
  *  - Prefix tree.  A victim must have no resident child in its tier, so a
@@ -58,6 +61,8 @@ struct arc_tier {
 	struct kvfs_plist t1, t2;
 	struct arc_glist b1, b2;
 	double p;
+	/* Ghost sizes added by evictions since the last insert. */
+	uint64_t pend_b1, pend_b2;
 	/* Ghost pool and hash index on the key. */
 	struct arc_ghost *g;
 	uint32_t ng, capg, free;
@@ -244,19 +249,30 @@ static void arc_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	int list = ARC_T1;
 
 	if (gi != ARC_NIL) {
-		/* Cases II and III: a ghost hit adapts p, x goes to T2. */
+		/* Cases II and III: a ghost hit adapts p, x goes to T2.  The
+		 * list sizes are those before this miss's REPLACEs.
+		 */
+		uint64_t b1 = t->b1.size > t->pend_b1 ?
+			      t->b1.size - t->pend_b1 : 0;
+		uint64_t b2 = t->b2.size > t->pend_b2 ?
+			      t->b2.size - t->pend_b2 : 0;
+
+		/* x itself was in its ghost list: never divide by 0. */
 		if (t->g[gi].list == ARC_B1) {
-			d = t->b1.size >= t->b2.size ? 1.0 :
-			    (double)t->b2.size / (double)t->b1.size;
+			if (b1 < t->g[gi].size)
+				b1 = t->g[gi].size;
+			d = b1 >= b2 ? 1.0 : (double)b2 / (double)b1;
 			t->p = t->p + d * s > c ? c : t->p + d * s;
 		} else {
-			d = t->b2.size >= t->b1.size ? 1.0 :
-			    (double)t->b1.size / (double)t->b2.size;
+			if (b2 < t->g[gi].size)
+				b2 = t->g[gi].size;
+			d = b2 >= b1 ? 1.0 : (double)b1 / (double)b2;
 			t->p = t->p - d * s < 0 ? 0 : t->p - d * s;
 		}
 		ghost_unlink(t, gi);
 		list = ARC_T2;
 	}
+	t->pend_b1 = t->pend_b2 = 0;
 	n->t[tier].list = (uint8_t)list;
 	kvfs_plist_place(tlist(t, list), n, tier, st);
 	arc_trim(p, tier);
@@ -295,9 +311,14 @@ static void arc_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 	kvfs_plist_unlink(tlist(t, list), n, tier);
 	n->t[tier].list = 0;
 	/* A key can be in at most one of T1, T2, B1, B2. */
-	if (ghost_find(t, n->key) == ARC_NIL)
+	if (ghost_find(t, n->key) == ARC_NIL) {
 		ghost_push(t, list == ARC_T1 ? ARC_B1 : ARC_B2, n->key,
 			   n->size);
+		if (list == ARC_T1)
+			t->pend_b1 += n->size;
+		else
+			t->pend_b2 += n->size;
+	}
 	arc_trim(p, tier);
 }
 

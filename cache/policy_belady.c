@@ -10,7 +10,10 @@
  * than its child, so the resident set stays prefix-closed and MIN's
  * optimality for demand paging carries over to the prefix hit count.
  *
- * One binary max-heap per tier; plink.idx is the heap slot.
+ * One binary max-heap per tier; plink.idx is the heap slot.  The heap keeps
+ * its own copy of each key: the caller rewrites next_use of a whole path
+ * before it calls access, and sifting one node against others whose live
+ * keys already changed would corrupt the order.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,8 +22,14 @@
 #include "cache/policy_i.h"
 #include "meta/log.h"
 
+struct bel_ent {
+	struct kvfs_pnode *node;
+	uint64_t next_use; /* key as of the last insert/access */
+	uint32_t depth;
+};
+
 struct bel_heap {
-	struct kvfs_pnode **a;
+	struct bel_ent *a;
 	size_t n, cap;
 };
 
@@ -31,61 +40,58 @@ struct bel_priv {
 };
 
 /* True when @x should be evicted before @y. */
-static inline bool bel_before(const struct kvfs_pnode *x,
-			      const struct kvfs_pnode *y)
+static inline bool bel_before(const struct bel_ent *x, const struct bel_ent *y)
 {
 	if (x->next_use != y->next_use)
 		return x->next_use > y->next_use;
 	return x->depth > y->depth;
 }
 
-static void bel_set(struct bel_heap *h, size_t i, struct kvfs_pnode *x,
+static void bel_set(struct bel_heap *h, size_t i, const struct bel_ent *x,
 		    int tier)
 {
-	h->a[i] = x;
-	x->t[tier].idx = (uint32_t)i;
+	h->a[i] = *x;
+	x->node->t[tier].idx = (uint32_t)i;
 }
 
-static void bel_up(struct bel_heap *h, size_t i, int tier)
+static size_t bel_up(struct bel_heap *h, size_t i, int tier)
 {
-	struct kvfs_pnode *x = h->a[i];
+	struct bel_ent x = h->a[i];
 
 	while (i > 0) {
 		size_t up = (i - 1) / 2;
 
-		if (!bel_before(x, h->a[up]))
+		if (!bel_before(&x, &h->a[up]))
 			break;
-		bel_set(h, i, h->a[up], tier);
+		bel_set(h, i, &h->a[up], tier);
 		i = up;
 	}
-	bel_set(h, i, x, tier);
+	bel_set(h, i, &x, tier);
+	return i;
 }
 
 static void bel_down(struct bel_heap *h, size_t i, int tier)
 {
-	struct kvfs_pnode *x = h->a[i];
+	struct bel_ent x = h->a[i];
 
 	for (;;) {
 		size_t c = 2 * i + 1;
 
 		if (c >= h->n)
 			break;
-		if (c + 1 < h->n && bel_before(h->a[c + 1], h->a[c]))
+		if (c + 1 < h->n && bel_before(&h->a[c + 1], &h->a[c]))
 			c++;
-		if (!bel_before(h->a[c], x))
+		if (!bel_before(&h->a[c], &x))
 			break;
-		bel_set(h, i, h->a[c], tier);
+		bel_set(h, i, &h->a[c], tier);
 		i = c;
 	}
-	bel_set(h, i, x, tier);
+	bel_set(h, i, &x, tier);
 }
 
 static void bel_fix(struct bel_heap *h, size_t i, int tier)
 {
-	struct kvfs_pnode *x = h->a[i];
-
-	bel_up(h, i, tier);
-	bel_down(h, x->t[tier].idx, tier);
+	bel_down(h, bel_up(h, i, tier), tier);
 }
 
 static int bel_init(struct kvfs_policy *p)
@@ -110,7 +116,7 @@ static void bel_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 
 	if (h->n == h->cap) {
 		size_t cap = h->cap ? 2 * h->cap : 64;
-		struct kvfs_pnode **na = realloc(h->a, cap * sizeof(*na));
+		struct bel_ent *na = realloc(h->a, cap * sizeof(*na));
 
 		if (!na) {
 			/* Untracked: never a victim, still counted as used.
@@ -123,7 +129,7 @@ static void bel_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		h->a = na;
 		h->cap = cap;
 	}
-	h->a[h->n] = n;
+	h->a[h->n] = (struct bel_ent){ n, n->next_use, n->depth };
 	n->t[tier].idx = (uint32_t)h->n;
 	h->n++;
 	bel_up(h, h->n - 1, tier);
@@ -141,8 +147,9 @@ static void bel_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 			uint32_t idx = x->t[t].idx;
 
 			if (!(x->tiers & (1u << t)) || idx >= b->h[t].n ||
-			    b->h[t].a[idx] != x)
+			    b->h[t].a[idx].node != x)
 				continue;
+			b->h[t].a[idx].next_use = x->next_use;
 			bel_fix(&b->h[t], idx, t);
 		}
 	}
@@ -154,11 +161,11 @@ static void bel_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 	struct bel_heap *h = &b->h[tier];
 	uint32_t idx = n->t[tier].idx;
 
-	if (idx >= h->n || h->a[idx] != n)
+	if (idx >= h->n || h->a[idx].node != n)
 		return;
 	h->n--;
 	if (idx != h->n) {
-		bel_set(h, idx, h->a[h->n], tier);
+		bel_set(h, idx, &h->a[h->n], tier);
 		bel_fix(h, idx, tier);
 	}
 	n->t[tier].idx = UINT32_MAX;
@@ -179,7 +186,7 @@ static bool bel_cand_push(struct bel_priv *b, struct bel_heap *h, size_t slot)
 		b->capc = cap;
 	}
 	i = b->nc++;
-	while (i > 0 && bel_before(h->a[slot], h->a[b->cand[(i - 1) / 2]])) {
+	while (i > 0 && bel_before(&h->a[slot], &h->a[b->cand[(i - 1) / 2]])) {
 		b->cand[i] = b->cand[(i - 1) / 2];
 		i = (i - 1) / 2;
 	}
@@ -197,9 +204,9 @@ static size_t bel_cand_pop(struct bel_priv *b, struct bel_heap *h)
 		if (c >= b->nc)
 			break;
 		if (c + 1 < b->nc &&
-		    bel_before(h->a[b->cand[c + 1]], h->a[b->cand[c]]))
+		    bel_before(&h->a[b->cand[c + 1]], &h->a[b->cand[c]]))
 			c++;
-		if (!bel_before(h->a[b->cand[c]], h->a[x]))
+		if (!bel_before(&h->a[b->cand[c]], &h->a[x]))
 			break;
 		b->cand[i] = b->cand[c];
 		i = c;
@@ -220,20 +227,20 @@ static struct kvfs_pnode *bel_victim(struct kvfs_policy *p, int tier,
 {
 	struct bel_priv *b = p->priv;
 	struct bel_heap *h = &b->h[tier];
-	struct kvfs_pnode *best = NULL;
+	struct bel_ent *best = NULL;
 
 	if (!h->n)
 		return NULL;
-	if (ok(h->a[0], arg))
-		return h->a[0];
+	if (ok(h->a[0].node, arg))
+		return h->a[0].node;
 	b->nc = 0;
 	if (!bel_cand_push(b, h, 0))
 		goto out_scan;
 	while (b->nc) {
 		size_t s = bel_cand_pop(b, h);
 
-		if (ok(h->a[s], arg))
-			return h->a[s];
+		if (ok(h->a[s].node, arg))
+			return h->a[s].node;
 		for (size_t c = 2 * s + 1; c <= 2 * s + 2 && c < h->n; c++)
 			if (!bel_cand_push(b, h, c))
 				goto out_scan;
@@ -243,9 +250,10 @@ static struct kvfs_pnode *bel_victim(struct kvfs_policy *p, int tier,
 out_scan:
 	/* Out of memory for the walk: a plain scan needs none. */
 	for (size_t i = 0; i < h->n; i++)
-		if (ok(h->a[i], arg) && (!best || bel_before(h->a[i], best)))
-			best = h->a[i];
-	return best;
+		if (ok(h->a[i].node, arg) &&
+		    (!best || bel_before(&h->a[i], best)))
+			best = &h->a[i];
+	return best ? best->node : NULL;
 }
 
 const struct kvfs_policy_ops kvfs_policy_belady_ops = {

@@ -16,6 +16,7 @@ extern const struct kvfs_policy_ops kvfs_policy_arc_ops;
 extern const struct kvfs_policy_ops kvfs_policy_hotprefix_ops;
 extern const struct kvfs_policy_ops kvfs_policy_wa_ops;
 extern const struct kvfs_policy_ops kvfs_policy_belady_ops;
+extern const struct kvfs_policy_ops kvfs_policy_plfu_ops;
 
 /*
  * Recency stamps shared by lru and arc: the clock advances whenever the

@@ -19,11 +19,13 @@
  * compared lexicographically, the lowest evicted.  ReuseProb_w falls with
  * t, so within a category the least recently used block is the least
  * likely; each tier keeps one recency queue per category and the victim is
- * the lowest of the queue heads (O(W)).
+ * the lowest of the queue heads (O(W) per eviction).  With leaves_only (the
+ * default) a queue holds only the tier's leaves, so an eviction never cuts
+ * a resident subtree off its prefix.
  *
  * Node fields used: hist[0] = last access time; hist[1] = WA_* fields
- * below; t[tier].prev/.next = the category queue, t[tier].list bit 0 =
- * queued.
+ * below; t[tier].idx = position in the category queue (a binary heap),
+ * t[tier].list bit 0 = queued.
  */
 #include <errno.h>
 #include <math.h>
@@ -36,24 +38,31 @@
 #include "meta/log.h"
 #include "meta/util.h"
 
-/* A fitted model as the policy uses it; see kvfs_policy_wa_model(). */
+/* A model as the policy uses it; see kvfs_policy_wa_model(). */
 struct kvfs_wa_model {
-	double rate;     /* lambda, per caller time unit */
-	double pfrac;    /* fraction of intervals that end in a reuse */
-	double life;     /* lifespan cap; 0 = none */
-	uint64_t samples; /* reuse intervals in the window */
-	bool fitted;     /* false: the pooled model or plain recency is used */
+	uint32_t key;     /* category: type << 16 | turn (fallback: type 0,
+			   * turn 0x8000 | continued << 3 | depth bucket) */
+	double rate;      /* lambda, per caller time unit */
+	double pfrac;     /* p_w as used (1 with reuse_fraction = 0) */
+	double life;      /* lifespan cap; 0 = none */
+	uint64_t samples; /* reuse intervals in the category's window */
+	bool own;         /* the category's own fit (else pooled) */
+	bool fitted;      /* false: no fit yet, ReuseProb = 1 / (1 + t) */
 };
 
 /*
- * Test-only introspection: the model of category (@category, @turn) as
- * the caller tags nodes (category 0 = pooled model of all categories).
- * Returns 0, -ENOENT for a category never seen, -EINVAL for another
- * policy.  Same locking as every policy call.  (Candidate for
- * cache/policy_i.h.)
+ * Test-only introspection (candidates for cache/policy_i.h), same locking
+ * as every policy call; -EINVAL for another policy.
+ * kvfs_policy_wa_model(): the fit of the tagged category (@category,
+ * @turn), or the pooled fit for category 0; -ENOENT if never seen.
+ * kvfs_policy_wa_node_model(): the model ReuseProb uses for @n now;
+ * -ENOENT if @n is not known to the policy.
  */
 int kvfs_policy_wa_model(struct kvfs_policy *p, uint16_t category,
 			 uint16_t turn, struct kvfs_wa_model *out);
+int kvfs_policy_wa_node_model(struct kvfs_policy *p,
+			      const struct kvfs_pnode *n,
+			      struct kvfs_wa_model *out);
 
 #define WA_MAX_CATS 256
 #define WA_MAP_SIZE 1024 /* category map slots, > 2 * WA_MAX_CATS */
@@ -87,10 +96,10 @@ struct wa_cat {
 	struct wa_model m;
 };
 
-struct wa_queue {
-	struct kvfs_pnode *head, *tail;
-	/* head-most node with the tail's time; NULL = recompute */
-	struct kvfs_pnode *seg;
+/* Min-heap of one category's candidates in one tier (see wa_less). */
+struct wa_heap {
+	struct kvfs_pnode **a;
+	size_t n, cap;
 };
 
 struct wa_ghost {
@@ -112,6 +121,7 @@ struct wa_priv {
 	double lifespan;      /* > 0: fixed cap in caller time units */
 	double life_quantile; /* auto cap: this quantile; 0 = no cap */
 	bool reuse_fraction;  /* scale by p_w */
+	bool leaves_only;     /* candidates: leaves of the tier only */
 	uint64_t ghosts;      /* 0 = auto */
 
 	struct wa_cat cats[WA_MAX_CATS];
@@ -123,7 +133,7 @@ struct wa_priv {
 	struct wa_model pooled;
 	uint64_t pooled_starts, pooled_reuses;
 
-	struct wa_queue q[KVFS_NTIERS][WA_MAX_CATS];
+	struct wa_heap q[KVFS_NTIERS][WA_MAX_CATS];
 
 	/* ghosts: open addressing on the key, bounded by a FIFO of keys */
 	struct wa_ghost *gtab;
@@ -134,6 +144,8 @@ struct wa_priv {
 	uint64_t now, requests, refit_at, last_req, last_now;
 	bool seen;
 	double *scratch;
+	struct kvfs_pnode **stash;
+	size_t nstash, stash_cap;
 
 	uint64_t refits, evictions;
 };
@@ -255,6 +267,9 @@ static void wa_fit(struct wa_priv *wa, struct wa_model *m, double sum,
 		pf = (double)reuses / (double)starts;
 		if (pf > 1)
 			pf = 1;
+		/* never 0: recency must still order a dead category */
+		if (pf < 1e-6)
+			pf = 1e-6;
 		m->pfrac = m->fitted ? 0.5 * (m->pfrac + pf) : pf;
 	} else if (!m->fitted) {
 		m->pfrac = 1;
@@ -428,79 +443,118 @@ static void wa_ghost_add(struct wa_priv *wa, const uint8_t key[16],
 	wa->gseq_tail++;
 }
 
-/* ---- queues ------------------------------------------------------------- */
+/* ---- queues ------------------------------------------------------------ */
 
-/* (time ascending, depth descending): the head is evicted first */
-static bool wa_before(const struct kvfs_pnode *a, const struct kvfs_pnode *b)
+/*
+ * Recency order inside a category: least recent first, and among blocks
+ * of one request the deepest first (-offset).  A heap rather than a list
+ * because with leaves_only a parent joins its queue when its last child
+ * leaves, at a position set by its own, older, access time.
+ */
+static bool wa_less(const struct kvfs_pnode *a, const struct kvfs_pnode *b)
 {
 	if (wa_time(a) != wa_time(b))
 		return wa_time(a) < wa_time(b);
-	return a->depth > b->depth;
+	if (a->depth != b->depth)
+		return a->depth > b->depth;
+	return memcmp(a->key, b->key, 16) < 0;
 }
 
-static void wa_link_after(struct wa_queue *q, struct kvfs_pnode *pos,
-			  struct kvfs_pnode *n, int tier)
+static void wh_set(struct wa_heap *h, size_t i, struct kvfs_pnode *n,
+		   int tier)
 {
-	struct kvfs_plink *k = &n->t[tier];
-
-	k->prev = pos;
-	k->next = pos ? pos->t[tier].next : q->head;
-	if (k->next)
-		k->next->t[tier].prev = n;
-	else
-		q->tail = n;
-	if (pos)
-		pos->t[tier].next = n;
-	else
-		q->head = n;
-	k->list |= WA_QUEUED;
+	h->a[i] = n;
+	n->t[tier].idx = (uint32_t)i;
 }
 
-static void wa_unlink(struct wa_queue *q, struct kvfs_pnode *n, int tier)
+static void wh_up(struct wa_heap *h, size_t i, int tier)
 {
-	struct kvfs_plink *k = &n->t[tier];
+	struct kvfs_pnode *n = h->a[i];
 
-	if (q->seg == n)
-		q->seg = k->next && wa_time(k->next) == wa_time(n) ? k->next :
-								      NULL;
-	if (k->prev)
-		k->prev->t[tier].next = k->next;
-	else
-		q->head = k->next;
-	if (k->next)
-		k->next->t[tier].prev = k->prev;
-	else
-		q->tail = k->prev;
-	k->prev = k->next = NULL;
-	k->list &= ~WA_QUEUED;
-}
+	while (i) {
+		size_t parent = (i - 1) / 2;
 
-static void wa_link(struct wa_queue *q, struct kvfs_pnode *n, int tier)
-{
-	struct kvfs_pnode *pos = q->tail;
-
-	if (!pos || wa_time(pos) < wa_time(n)) {
-		wa_link_after(q, pos, n, tier);
-		q->seg = n;
-		return;
+		if (!wa_less(n, h->a[parent]))
+			break;
+		wh_set(h, i, h->a[parent], tier);
+		i = parent;
 	}
-	if (wa_time(pos) == wa_time(n)) {
-		if (!q->seg) {
-			q->seg = pos;
-			while (q->seg->t[tier].prev &&
-			       wa_time(q->seg->t[tier].prev) == wa_time(pos))
-				q->seg = q->seg->t[tier].prev;
+	wh_set(h, i, n, tier);
+}
+
+static void wh_down(struct wa_heap *h, size_t i, int tier)
+{
+	struct kvfs_pnode *n = h->a[i];
+
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		struct kvfs_pnode *best = n;
+
+		if (l < h->n && wa_less(h->a[l], best)) {
+			m = l;
+			best = h->a[l];
 		}
-		/* root-first inserts: each new node is the deepest so far */
-		if (n->depth >= q->seg->depth) {
-			wa_link_after(q, q->seg->t[tier].prev, n, tier);
-			q->seg = n;
+		if (l + 1 < h->n && wa_less(h->a[l + 1], best))
+			m = l + 1;
+		if (m == i)
+			break;
+		wh_set(h, i, h->a[m], tier);
+		i = m;
+	}
+	wh_set(h, i, n, tier);
+}
+
+static void wa_queue_add(struct wa_priv *wa, int tier, struct kvfs_pnode *n)
+{
+	struct wa_heap *h = &wa->q[tier][wa_cat_of(n)];
+
+	if (h->n == h->cap) {
+		size_t ncap = h->cap ? h->cap * 2 : 64;
+		struct kvfs_pnode **a = realloc(h->a, ncap * sizeof(*a));
+
+		if (!a) {
+			kvfs_err("wa: out of memory for a recency queue");
 			return;
 		}
+		h->a = a;
+		h->cap = ncap;
 	}
-	while (pos && wa_before(n, pos))
-		pos = pos->t[tier].prev;
-	wa_link_after(q, pos, n, tier);
+	n->t[tier].list |= WA_QUEUED;
+	wh_set(h, h->n++, n, tier);
+	wh_up(h, h->n - 1, tier);
+}
+
+static void wa_queue_del(struct wa_priv *wa, int tier, struct kvfs_pnode *n)
+{
+	struct wa_heap *h = &wa->q[tier][wa_cat_of(n)];
+	size_t i = n->t[tier].idx;
+
+	n->t[tier].list &= ~WA_QUEUED;
+	if (--h->n == i)
+		return;
+	wh_set(h, i, h->a[h->n], tier);
+	wh_up(h, i, tier);
+	wh_down(h, h->a[i]->t[tier].idx, tier);
+}
+
+/* Whether @n should be a candidate of @tier now. */
+static bool wa_candidate(const struct wa_priv *wa, const struct kvfs_pnode *n,
+			 int tier)
+{
+	if (!(n->tiers & (1u << tier)) || !(n->hist[1] & WA_KNOWN))
+		return false;
+	return !wa->leaves_only || kvfs_policy_is_leaf(n, tier);
+}
+
+static void wa_queue_check(struct wa_priv *wa, int tier, struct kvfs_pnode *n)
+{
+	bool want = wa_candidate(wa, n, tier);
+	bool in = n->t[tier].list & WA_QUEUED;
+
+	if (want && !in)
+		wa_queue_add(wa, tier, n);
+	else if (!want && in)
+		wa_queue_del(wa, tier, n);
 }
 
 /* ---- bookkeeping of accesses ---------------------------------------------- */
@@ -562,7 +616,7 @@ static void wa_touch(struct wa_priv *wa, struct kvfs_pnode *n,
 	uint32_t lreq = (uint32_t)((n->hist[1] >> WA_LREQ_SHIFT) & WA_REQ_MASK);
 	uint32_t creq = (uint32_t)((n->hist[1] >> WA_CREQ_SHIFT) & WA_REQ_MASK);
 	bool cont = n->hist[1] & WA_CONT;
-	unsigned oldc = wa_cat_of(n), c = oldc, queued = 0;
+	unsigned c = wa_cat_of(n), queued = 0;
 
 	if (!(n->hist[1] & WA_KNOWN)) {
 		wa_create(wa, n, a);
@@ -572,14 +626,14 @@ static void wa_touch(struct wa_priv *wa, struct kvfs_pnode *n,
 	if (req == lreq)
 		return;
 	if (now >= wa_time(n))
-		wa_sample(wa, oldc, (double)(now - wa_time(n)));
+		wa_sample(wa, c, (double)(now - wa_time(n)));
 	/* a tagged block follows the tag of its latest user */
 	if (n->category)
 		c = wa_cat_index(wa, wa_key_of(wa, n, cont));
 	wa_start(wa, c);
 	for (int t = 0; t < KVFS_NTIERS; t++) {
 		if (n->t[t].list & WA_QUEUED) {
-			wa_unlink(&wa->q[t][oldc], n, t);
+			wa_queue_del(wa, t, n);
 			queued |= 1u << t;
 		}
 	}
@@ -587,7 +641,7 @@ static void wa_touch(struct wa_priv *wa, struct kvfs_pnode *n,
 	wa_set_fields(n, c, cont, creq, req);
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		if (queued & (1u << t))
-			wa_link(&wa->q[t][c], n, t);
+			wa_queue_add(wa, t, n);
 }
 
 /* ---- options and life cycle -------------------------------------------- */
@@ -605,6 +659,7 @@ static void wa_defaults(struct wa_priv *wa)
 	wa->lifespan = 0;
 	wa->life_quantile = 0.95;
 	wa->reuse_fraction = true;
+	wa->leaves_only = true;
 	wa->ghosts = 0;
 }
 
@@ -656,11 +711,15 @@ static int wa_set(struct kvfs_policy *p, const char *key, const char *val)
 		if (parse_double(val, &d) || d > 1)
 			goto out_bad;
 		wa->life_quantile = d;
-	} else if (!strcmp(key, "reuse_fraction")) {
+	} else if (!strcmp(key, "reuse_fraction") ||
+		   !strcmp(key, "leaves_only")) {
+		bool *b = key[0] == 'r' ? &wa->reuse_fraction :
+					  &wa->leaves_only;
+
 		if (!strcmp(val, "1"))
-			wa->reuse_fraction = true;
+			*b = true;
 		else if (!strcmp(val, "0"))
-			wa->reuse_fraction = false;
+			*b = false;
 		else
 			goto out_bad;
 	} else if (!strcmp(key, "ghosts")) {
@@ -688,7 +747,14 @@ static void wa_release(struct kvfs_policy *p)
 	for (unsigned c = 0; c < WA_MAX_CATS; c++) {
 		free(wa->cats[c].win);
 		wa->cats[c].win = NULL;
+		for (int t = 0; t < KVFS_NTIERS; t++) {
+			free(wa->q[t][c].a);
+			memset(&wa->q[t][c], 0, sizeof(wa->q[t][c]));
+		}
 	}
+	free(wa->stash);
+	wa->stash = NULL;
+	wa->nstash = wa->stash_cap = 0;
 	free(wa->gtab);
 	free(wa->gring);
 	free(wa->scratch);
@@ -745,8 +811,9 @@ static void wa_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	/* a move between tiers keeps the block's recency */
 	if (!(n->hist[1] & WA_KNOWN))
 		wa_create(wa, n, a);
-	if (!(n->t[tier].list & WA_QUEUED))
-		wa_link(&wa->q[tier][wa_cat_of(n)], n, tier);
+	wa_queue_check(wa, tier, n);
+	if (n->parent)
+		wa_queue_check(wa, tier, n->parent);
 }
 
 static void wa_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
@@ -755,8 +822,7 @@ static void wa_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 	struct wa_priv *wa = wa_of(p);
 
 	wa_note_request(wa, a);
-	/* deepest first: each lands at the queue tail in O(1) */
-	for (size_t i = n; i-- > 0;)
+	for (size_t i = 0; i < n; i++)
 		if (path[i])
 			wa_touch(wa, path[i], a);
 }
@@ -766,7 +832,9 @@ static void wa_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 	struct wa_priv *wa = wa_of(p);
 
 	if (n->t[tier].list & WA_QUEUED)
-		wa_unlink(&wa->q[tier][wa_cat_of(n)], n, tier);
+		wa_queue_del(wa, tier, n);
+	if (n->parent)
+		wa_queue_check(wa, tier, n->parent);
 }
 
 static void wa_forget(struct kvfs_policy *p, struct kvfs_pnode *n)
@@ -774,11 +842,53 @@ static void wa_forget(struct kvfs_policy *p, struct kvfs_pnode *n)
 	struct wa_priv *wa = wa_of(p);
 
 	for (int t = 0; t < KVFS_NTIERS; t++)
-		wa_remove(p, t, n);
+		if (n->t[t].list & WA_QUEUED)
+			wa_queue_del(wa, t, n);
 	if (!(n->hist[1] & WA_KNOWN))
 		return;
 	wa_ghost_add(wa, n->key, wa_time(n), wa_cat_of(n));
 	n->hist[1] = 0;
+}
+
+static int wa_stash(struct wa_priv *wa, struct kvfs_pnode *n)
+{
+	if (wa->nstash == wa->stash_cap) {
+		size_t ncap = wa->stash_cap ? wa->stash_cap * 2 : 64;
+		struct kvfs_pnode **a = realloc(wa->stash, ncap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		wa->stash = a;
+		wa->stash_cap = ncap;
+	}
+	wa->stash[wa->nstash++] = n;
+	return 0;
+}
+
+/* The head of one category's queue that may move now, or NULL. */
+static struct kvfs_pnode *wa_head(struct wa_priv *wa, int tier, unsigned c,
+				  kvfs_policy_ok_fn ok, void *arg)
+{
+	struct wa_heap *h = &wa->q[tier][c];
+	struct kvfs_pnode *n = NULL;
+	size_t base = wa->nstash;
+
+	while (h->n) {
+		n = h->a[0];
+		if (!ok || ok(n, arg))
+			break;
+		if (wa_stash(wa, n)) {
+			kvfs_err("wa: out of memory while skipping pinned blocks");
+			n = NULL;
+			break;
+		}
+		wa_queue_del(wa, tier, n);
+		n = NULL;
+	}
+	/* refused blocks go back: they stay candidates for later calls */
+	while (wa->nstash > base)
+		wa_queue_add(wa, tier, wa->stash[--wa->nstash]);
+	return n;
 }
 
 static struct kvfs_pnode *wa_victim(struct kvfs_policy *p, int tier,
@@ -789,19 +899,18 @@ static struct kvfs_pnode *wa_victim(struct kvfs_policy *p, int tier,
 	double bprob = 0;
 
 	for (unsigned c = 0; c < wa->ncats; c++) {
-		struct kvfs_pnode *n = wa->q[tier][c].head;
+		struct kvfs_pnode *n = wa_head(wa, tier, c, ok, arg);
 		double prob, t;
 
-		while (n && ok && !ok(n, arg))
-			n = n->t[tier].next;
 		if (!n)
 			continue;
 		t = wa->now > wa_time(n) ? (double)(wa->now - wa_time(n)) : 0;
 		prob = wa_prob(wa, c, t);
+		/* (ReuseProb, -offset) lexicographic; then recency, key */
 		if (!best || prob < bprob ||
-		    (prob == bprob && (n->depth > best->depth ||
-				       (n->depth == best->depth &&
-					wa_time(n) < wa_time(best))))) {
+		    (prob == bprob &&
+		     (n->depth != best->depth ? n->depth > best->depth :
+						wa_less(n, best)))) {
 			best = n;
 			bprob = prob;
 		}
@@ -830,22 +939,30 @@ static void wa_tick(struct kvfs_policy *p, const struct kvfs_paccess *a)
 	wa_refit(wa);
 }
 
+static void wa_model_out(const struct wa_priv *wa, const struct wa_model *m,
+			 struct kvfs_wa_model *out)
+{
+	out->rate = m->rate;
+	out->pfrac = wa->reuse_fraction ? m->pfrac : 1.0;
+	out->life = m->life;
+	out->fitted = m->fitted;
+}
+
 int kvfs_policy_wa_model(struct kvfs_policy *p, uint16_t category,
 			 uint16_t turn, struct kvfs_wa_model *out)
 {
 	struct wa_priv *wa;
-	const struct wa_model *m;
-	uint64_t samples = 0;
 	uint32_t key, i;
 
 	if (!p || p->ops != &kvfs_policy_wa_ops)
 		return -EINVAL;
 	wa = wa_of(p);
+	memset(out, 0, sizeof(*out));
 	if (!category) {
-		m = &wa->pooled;
+		wa_model_out(wa, &wa->pooled, out);
 		for (unsigned c = 0; c < wa->ncats; c++)
-			samples += wa->cats[c].win_n;
-		goto out_copy;
+			out->samples += wa->cats[c].win_n;
+		return 0;
 	}
 	if (turn > wa->max_turn)
 		turn = (uint16_t)wa->max_turn;
@@ -856,19 +973,34 @@ int kvfs_policy_wa_model(struct kvfs_policy *p, uint16_t category,
 			const struct wa_cat *cat =
 				&wa->cats[wa->map[i].idx1 - 1];
 
-			m = &cat->m;
-			samples = cat->win_n;
-			goto out_copy;
+			wa_model_out(wa, &cat->m, out);
+			out->key = key;
+			out->own = cat->m.fitted;
+			out->samples = cat->win_n;
+			return 0;
 		}
 	}
 	return -ENOENT;
+}
 
-out_copy:
-	out->rate = m->rate;
-	out->pfrac = m->pfrac;
-	out->life = m->life;
-	out->fitted = m->fitted;
-	out->samples = samples;
+int kvfs_policy_wa_node_model(struct kvfs_policy *p,
+			      const struct kvfs_pnode *n,
+			      struct kvfs_wa_model *out)
+{
+	const struct wa_cat *cat;
+	struct wa_priv *wa;
+
+	if (!p || p->ops != &kvfs_policy_wa_ops)
+		return -EINVAL;
+	wa = wa_of(p);
+	if (!(n->hist[1] & WA_KNOWN))
+		return -ENOENT;
+	memset(out, 0, sizeof(*out));
+	cat = &wa->cats[wa_cat_of(n)];
+	wa_model_out(wa, cat->m.fitted ? &cat->m : &wa->pooled, out);
+	out->key = cat->key;
+	out->own = cat->m.fitted;
+	out->samples = cat->win_n;
 	return 0;
 }
 

@@ -118,7 +118,8 @@ static int run(const struct opts *o, int report_fd)
 	struct kvfs_cache *c = NULL;
 	struct kvfs_conf conf;
 	struct kvfs_fs fs = { .entry_timeout = 1.0, .attr_timeout = 1.0 };
-	char path[PATH_MAX], msg[PATH_MAX + 512];
+	char path[PATH_MAX], logpath[PATH_MAX] = "/dev/null";
+	char msg[PATH_MAX + 512];
 	int rc;
 
 	if (o->config)
@@ -139,6 +140,7 @@ static int run(const struct opts *o, int report_fd)
 		else
 			snprintf(path, sizeof(path), "%s/kvfs.log", o->store);
 		rc = kvfs_log_open(path);
+		snprintf(logpath, sizeof(logpath), "%s", path);
 		if (rc) {
 			snprintf(msg, sizeof(msg), "log file %s: %s", path,
 				 strerror(-rc));
@@ -188,11 +190,14 @@ static int run(const struct opts *o, int report_fd)
 	notify(report_fd, "");
 	report_fd = -1;
 	if (!o->foreground) {
-		int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		/* Detach from the terminal; anything a library or a
+		 * sanitizer prints still lands in the log.
+		 */
+		int lfd = open(logpath, O_WRONLY | O_APPEND | O_CLOEXEC);
 
-		if (nul >= 0) {
-			dup2(nul, STDERR_FILENO);
-			close(nul);
+		if (lfd >= 0) {
+			dup2(lfd, STDERR_FILENO);
+			close(lfd);
 		}
 	}
 

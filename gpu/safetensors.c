@@ -635,14 +635,16 @@ static int st_reject(const char *file, const char *tensor, const char *fmt,
 	return -EINVAL;
 }
 
-static int jreject(const char *file, const struct jparser *p, int ret)
+/* @what says whose byte offset it is: "header" or "index". */
+static int jreject(const char *file, const char *what,
+		   const struct jparser *p, int ret)
 {
 	if (ret == -ENOMEM) {
 		kvfs_err("safetensors %s: out of memory parsing JSON", file);
 		return ret;
 	}
-	return st_reject(file, NULL, "bad JSON at byte %zu: %s", p->pos,
-			 p->err ? p->err : "malformed");
+	return st_reject(file, NULL, "bad JSON at %s byte %zu: %s", what,
+			 p->pos, p->err ? p->err : "malformed");
 }
 
 /* An array of non-negative integers, at most @max of them. */
@@ -803,7 +805,7 @@ static int st_parse_header(struct st_file *f, const char *hdr, size_t len)
 
 	ret = jparse(&p, hdr, len);
 	if (ret) {
-		ret = jreject(f->path, &p, ret);
+		ret = jreject(f->path, "header", &p, ret);
 		goto out_release;
 	}
 	/* Upper bound: every member may be a tensor. */
@@ -1087,7 +1089,7 @@ static int st_open_index(struct kvfs_st *st, const char *path)
 		return ret;
 	ret = jparse(&p, buf, len);
 	if (ret) {
-		ret = jreject(path, &p, ret);
+		ret = jreject(path, "index", &p, ret);
 		goto out_release;
 	}
 	for (uint32_t c = p.nodes[0].first; c; c = p.nodes[c].next)

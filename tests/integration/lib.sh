@@ -9,7 +9,7 @@ set -u
 export LC_ALL=C
 
 BUILD=${BUILD:-build}
-BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/$BUILD/bin
+case $BUILD in /*) BIN=$BUILD/bin ;; *) BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/$BUILD/bin ;; esac
 T_NAME=$(basename "$0" .sh)
 T_PASS=0
 T_FAIL=0
@@ -32,6 +32,9 @@ t_fail() {
 	printf 'not ok - %s: %s\n' "$T_NAME" "$1"
 	if [ -f "$STORE/kvfs.log" ]; then
 		tail -n 5 "$STORE/kvfs.log" | sed 's/^/#   log: /'
+		# a sanitizer report from the daemon, if any
+		grep -A 40 -m 1 'ERROR: AddressSanitizer\|runtime error\|LeakSanitizer' \
+			"$STORE/kvfs.log" | sed 's/^/#   log: /'
 	fi
 }
 # t_check DESC CMD...: pass when CMD succeeds.

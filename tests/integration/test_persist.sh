@@ -9,6 +9,8 @@ t_check "write" gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 5 --blocks 4 --shar
 ls "$MNT/$NS" | sort >"$T_DIR/before"
 f="$MNT/$NS/$(head -n1 "$T_DIR/before")"
 t_check "pin one in ssd" setfattr -n user.kvfs.pin -v ssd "$f"
+g="$MNT/$NS/$(sed -n 2p "$T_DIR/before")"
+t_check "pin another in dram" setfattr -n user.kvfs.pin -v dram "$g"
 cat "$f" "$f" >/dev/null
 hits=$(getfattr --absolute-names --only-values -n user.kvfs.hits "$f")
 t_check "unmount" kvfs_unmount
@@ -18,6 +20,8 @@ ls "$MNT/$NS" | sort >"$T_DIR/after"
 t_check "same blocks listed after remount ($(wc -l <"$T_DIR/after"))" cmp "$T_DIR/before" "$T_DIR/after"
 t_check "blocks come back on the SSD tier" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier "$f")" = ssd
 t_check "every block reads back intact" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
+t_check "a DRAM pin is reloaded into DRAM at mount" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier "$g")" = dram,ssd
+t_check "DRAM pin survives remount" test "$(getfattr --absolute-names --only-values -n user.kvfs.pin "$g")" = dram
 t_check "pin survives remount" test "$(getfattr --absolute-names --only-values -n user.kvfs.pin "$f")" = ssd
 t_check "hit count survives remount (>= $hits)" test "$(getfattr --absolute-names --only-values -n user.kvfs.hits "$f")" -ge "$hits"
 t_check "ssd reads counted" test "$(kvfs_stat tier.ssd.hits)" -gt 0

@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache engine without FUSE: commit, validation, read paths, DRAM and
+ * SSD pressure, deletion while open, pins, recovery and the free-map
+ * check.  Background threads are off (KVFS_CACHE_NOTHREADS) so every step
+ * is driven by the test and deterministic.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/cache.h"
+#include "cache/policy.h"
+#include "fs/conf.h"
+#include "meta/fmt.h"
+#include "meta/log.h"
+#include "meta/meta.h"
+#include "meta/store.h"
+
+/* 2 layers x 2 heads x 32 dims, bf16, 8-token blocks of 4-token chunks:
+ * 4096 header + 4096 tokens + 2*2*2*4*2*32*2 = 8192 + 4096 = 12288 bytes.
+ */
+static const struct kvfs_geom geom = {
+	.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .block_tokens = 8,
+	.chunk_tokens = 4, .dtype = KVFS_DTYPE_BF16,
+};
+
+struct fx {
+	char dir[64];
+	struct kvfs_conf conf;
+	struct kvfs_cache *c;
+	struct kvfs_ns *ns;
+};
+
+static void conf_init(struct kvfs_conf *conf, uint64_t dram)
+{
+	kvfs_conf_defaults(conf);
+	conf->dram_capacity = dram;
+	conf->n_ns = 1;
+	snprintf(conf->ns[0].name, sizeof(conf->ns[0].name), "t");
+	conf->ns[0].geom = geom;
+}
+
+static int fx_open(struct fx *f)
+{
+	int rc = kvfs_cache_open(f->dir, &f->conf,
+				 KVFS_CACHE_NOTHREADS | KVFS_CACHE_NOSYNC,
+				 &f->c);
+	if (!rc)
+		f->ns = kvfs_cache_ns_by_name(f->c, "t");
+	return rc;
+}
+
+static int setup_size(void **state, uint64_t ssd, uint64_t dram)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvfs-tcache.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	assert_int_equal(kvfs_store_create(f->dir, ssd, true), 0);
+	conf_init(&f->conf, dram);
+	assert_int_equal(fx_open(f), 0);
+	assert_non_null(f->ns);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	/* DRAM holds 4 blocks, the SSD (1 MiB, the smallest mkfs makes) 85. */
+	return setup_size(state, 1 << 20, 4 * 12288);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	char cmd[128];
+
+	kvfs_cache_free(f->c);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+	assert_int_equal(system(cmd), 0);
+	free(f);
+	return 0;
+}
+
+/* Build block @i of a chain: tokens 100*i .. 100*i+7, parent = block i-1. */
+static size_t make_block(struct fx *f, int i, uint8_t *buf, size_t len,
+			 char name[KVFS_FMT_NAME_LEN + 1])
+{
+	uint8_t parent[KVFS_KEY_LEN], key[KVFS_KEY_LEN];
+	uint32_t tok[8];
+	uint64_t size = kvfs_fmt_file_size(&geom, KVFS_KIND_KV, 8);
+	uint8_t *payload;
+
+	assert_true(size <= len);
+	memcpy(parent, kvfs_ns_root(f->ns), KVFS_KEY_LEN);
+	for (int d = 0; d <= i; d++) {
+		for (int t = 0; t < 8; t++)
+			tok[t] = (uint32_t)(100 * d + t);
+		if (d < i) {
+			kvfs_fmt_block_key(parent, tok, 8, key);
+			memcpy(parent, key, KVFS_KEY_LEN);
+		}
+	}
+	payload = malloc(size);
+	assert_non_null(payload);
+	for (size_t b = 0; b < size; b++)
+		payload[b] = (uint8_t)(b * 7 + (size_t)i);
+	assert_int_equal(kvfs_fmt_build(&geom, KVFS_KIND_KV, parent,
+					 (uint64_t)i * 8, tok, 8, payload, buf,
+					 len),
+			 0);
+	free(payload);
+	kvfs_fmt_key_hex(buf + 64, name);
+	memcpy(name + KVFS_KEY_HEX_LEN, ".kv", 4);
+	return size;
+}
+
+static int put_block(struct fx *f, int i, struct kvfs_block **out)
+{
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	size_t n = make_block(f, i, buf, sizeof(buf), name);
+	struct kvfs_pending *p;
+	struct kvfs_block *b;
+	int rc;
+
+	rc = kvfs_cache_create(f->c, f->ns, name, &p);
+	if (rc)
+		return rc;
+	/* Two writes, out of order, as a page-cache flush may issue them. */
+	assert_int_equal(kvfs_cache_write(p, 4096, buf + 4096, n - 4096), 0);
+	assert_int_equal(kvfs_cache_write(p, 0, buf, 4096), 0);
+	rc = kvfs_cache_commit(f->c, p, &b);
+	if (rc)
+		return rc;
+	if (out)
+		*out = b;
+	else
+		kvfs_cache_put(f->c, b);
+	return 0;
+}
+
+/* Read the whole block through the reader API and compare with block i. */
+static void check_block(struct fx *f, int i)
+{
+	static uint8_t want[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	size_t n = make_block(f, i, want, sizeof(want), name), got = 0;
+	struct kvfs_reader r;
+	struct kvfs_block *b;
+
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	assert_int_equal(kvfs_cache_reader_init(f->c, &r, b), 0);
+	while (got < n) {
+		const void *p;
+		size_t k;
+
+		assert_int_equal(kvfs_cache_read_begin(f->c, &r, got, 5000,
+						       &p, &k),
+				 0);
+		assert_true(k > 0);
+		assert_memory_equal(p, want + got, k);
+		got += k;
+		kvfs_cache_read_end(f->c, &r);
+	}
+	kvfs_cache_reader_release(f->c, &r);
+}
+
+static uint64_t stat_of(struct fx *f, const char *key)
+{
+	char *s, *p;
+	size_t len;
+	uint64_t v = UINT64_MAX;
+
+	assert_int_equal(kvfs_cache_stats(f->c, &s, &len), 0);
+	for (p = s; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, key, strlen(key)) && p[strlen(key)] == ' ')
+			v = strtoull(p + strlen(key) + 1, NULL, 10);
+	free(s);
+	assert_true(v != UINT64_MAX);
+	return v;
+}
+
+static void test_commit_read_sync(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+
+	assert_int_equal(put_block(f, 0, &b), 0);
+	kvfs_block_info(b, &bi);
+	assert_int_equal(bi.tiers, KVFS_TIER_BIT_DRAM);
+	assert_false(bi.persisted);
+	assert_int_equal(bi.n_tokens, 8);
+	check_block(f, 0);
+	assert_int_equal(kvfs_cache_sync(f->c, b), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.persisted);
+	assert_int_equal(bi.tiers, KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD);
+	kvfs_cache_put(f->c, b);
+	assert_int_equal(stat_of(f, "cache.commits"), 1);
+	assert_int_equal(stat_of(f, "tier.ssd.blocks"), 1);
+	assert_int_equal(kvfs_ns_nblocks(f->ns), 1);
+}
+
+static void test_reject(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	size_t n = make_block(f, 0, buf, sizeof(buf), name);
+	struct kvfs_pending *p;
+	struct kvfs_block *b;
+
+	/* payload flipped: checksum */
+	buf[n - 1] ^= 1;
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, name, &p), 0);
+	assert_int_equal(kvfs_cache_write(p, 0, buf, n), 0);
+	assert_int_equal(kvfs_cache_commit(f->c, p, &b), -EBADMSG);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), -ENOENT);
+	/* short file */
+	buf[n - 1] ^= 1;
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, name, &p), 0);
+	assert_int_equal(kvfs_cache_write(p, 0, buf, n - 4096), 0);
+	assert_int_equal(kvfs_cache_commit(f->c, p, &b), -EINVAL);
+	/* not a block name; past the largest block */
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, "x.kv", &p), -EINVAL);
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, name, &p), 0);
+	assert_int_equal(kvfs_cache_write(p, 1 << 20, buf, 1), -EFBIG);
+	assert_int_equal(kvfs_cache_truncate(p, 1 << 20), -EFBIG);
+	kvfs_cache_abandon(f->c, p);
+	assert_int_equal(stat_of(f, "cache.rejects"), 2);
+	assert_int_equal(kvfs_ns_nblocks(f->ns), 0);
+	/* and the good one is still accepted */
+	assert_int_equal(put_block(f, 0, NULL), 0);
+}
+
+static void test_exists(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	struct kvfs_pending *p, *q;
+
+	make_block(f, 0, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, name, &p), 0);
+	/* a second writer of the same name, while the first is pending */
+	assert_int_equal(kvfs_cache_create(f->c, f->ns, name, &q), -EEXIST);
+	/* the pending name is invisible to lookups */
+	struct kvfs_block *b;
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), -ENOENT);
+	kvfs_cache_abandon(f->c, p);
+	assert_int_equal(put_block(f, 0, NULL), 0);
+	assert_int_equal(put_block(f, 0, NULL), -EEXIST);
+}
+
+static void test_parent_rules(void **state)
+{
+	struct fx *f = *state;
+
+	/* Block 1 of the chain arrives before block 0: allowed (an orphan). */
+	assert_int_equal(put_block(f, 1, NULL), 0);
+	assert_int_equal(put_block(f, 0, NULL), 0);
+	assert_int_equal(put_block(f, 2, NULL), 0);
+	check_block(f, 2);
+}
+
+static void test_dram_pressure(void **state)
+{
+	struct fx *f = *state;
+
+	/* 12 blocks through a 4-block DRAM tier. */
+	for (int i = 0; i < 12; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_true(stat_of(f, "tier.dram.evictions") >= 8);
+	assert_true(stat_of(f, "tier.dram.used_bytes") <= 4 * 12288);
+	for (int i = 0; i < 12; i++)
+		check_block(f, i);
+	assert_true(stat_of(f, "tier.ssd.hits") > 0);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+}
+
+static void test_pin(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+	char hex[KVFS_KEY_HEX_LEN + 4];
+
+	assert_int_equal(put_block(f, 0, &b), 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_DRAM), 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_GPU), -EINVAL);
+	for (int i = 1; i < 12; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.tiers & KVFS_TIER_BIT_DRAM); /* never evicted */
+	kvfs_fmt_key_hex(bi.key, hex);
+	strcat(hex, ".kv");
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, hex), -EBUSY);
+	assert_int_equal(kvfs_cache_unpin(f->c, b), 0);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, hex), 0);
+	kvfs_cache_put(f->c, b);
+}
+
+static void test_unlink_while_open(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t want[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	size_t n = make_block(f, 0, want, sizeof(want), name);
+	struct kvfs_cache_fsinfo before, mid, after;
+	struct kvfs_reader r;
+	struct kvfs_block *b;
+	const void *p;
+	size_t k;
+
+	assert_int_equal(put_block(f, 0, &b), 0);
+	assert_int_equal(kvfs_cache_sync(f->c, b), 0);
+	kvfs_cache_fsinfo(f->c, &before);
+	assert_int_equal(kvfs_cache_reader_init(f->c, &r, b), 0);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), 0);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), -ENOENT);
+	/* still readable through the open reader; space not yet reusable */
+	assert_int_equal(kvfs_cache_read_begin(f->c, &r, 0, n, &p, &k), 0);
+	assert_int_equal(k, n);
+	assert_memory_equal(p, want, n);
+	kvfs_cache_read_end(f->c, &r);
+	kvfs_cache_fsinfo(f->c, &mid);
+	assert_int_equal(mid.ssd_free, before.ssd_free);
+	kvfs_cache_reader_release(f->c, &r);
+	kvfs_cache_fsinfo(f->c, &after);
+	assert_int_equal(after.ssd_free, before.ssd_free + 12288);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), -ENOENT);
+}
+
+static void test_ssd_pressure(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_block *b;
+
+	/* 100 blocks into an 85-block SSD: the oldest are deleted. */
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(put_block(f, i, &b), 0);
+		assert_int_equal(kvfs_cache_sync(f->c, b), 0);
+		kvfs_cache_put(f->c, b);
+	}
+	assert_true(stat_of(f, "tier.ssd.evictions") >= 15);
+	assert_true(kvfs_ns_nblocks(f->ns) <= 85);
+	for (int i = 90; i < 100; i++)
+		check_block(f, i);
+}
+
+static void test_recovery(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+	char name[KVFS_FMT_NAME_LEN + 1];
+	static uint8_t buf[16384];
+
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	make_block(f, 3, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_SSD), 0);
+	kvfs_cache_put(f->c, b);
+	/* an orderly close persists everything */
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	assert_int_equal(fx_open(f), 0);
+	assert_int_equal(kvfs_ns_nblocks(f->ns), 6);
+	for (int i = 0; i < 6; i++)
+		check_block(f, i);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.persisted);
+	assert_int_equal(bi.pins, KVFS_TIER_BIT_SSD);
+	assert_int_equal(bi.depth, 3);
+	kvfs_cache_put(f->c, b);
+	/* a changed geometry is refused */
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	f->conf.ns[0].geom.n_layers = 3;
+	assert_int_equal(fx_open(f), -EINVAL);
+	f->conf.ns[0].geom.n_layers = geom.n_layers;
+	assert_int_equal(fx_open(f), 0);
+}
+
+/* A damaged free map (here: an extent that records still use marked free)
+ * is rewritten from the records, so new blocks never overwrite old ones.
+ */
+static void test_free_map_repair(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_store *s;
+	struct kvfs_meta_txn *t;
+
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	assert_int_equal(kvfs_store_open(f->dir, KVFS_META_NOSYNC, 0, &s), 0);
+	assert_int_equal(kvfs_meta_txn_begin(s->meta, false, &t), 0);
+	assert_int_equal(kvfs_meta_free_clear(t), 0);
+	assert_int_equal(kvfs_meta_free_give(t, s->sb.data_off,
+					     s->sb.ssd_size - s->sb.data_off),
+			 0);
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+	kvfs_store_free(s);
+
+	assert_int_equal(fx_open(f), 0);
+	for (int i = 4; i < 10; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	assert_int_equal(fx_open(f), 0);
+	for (int i = 0; i < 10; i++)
+		check_block(f, i);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_commit_read_sync, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reject, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exists, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_parent_rules, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dram_pressure, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlink_while_open, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_ssd_pressure, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_map_repair, setup,
+						teardown),
+	};
+
+	kvfs_log_set_level(KVFS_LOG_ERR);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1337 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hidden-state restoration against an independent double-precision
+ * reference.  The test writes tiny Llama-family (MHA and GQA, F32 and
+ * BF16 weights, default/linear/llama3 RoPE) and Qwen2-family (with K/V
+ * biases, sharded) checkpoints as real safetensors files from a seeded
+ * PRNG, builds HIDDEN payloads, restores them, and compares every element
+ * with K/V computed here by its own RMSNorm, mat-vec and RoPE loops (no
+ * library code: the test encodes and decodes every dtype itself).
+ *
+ * Tolerance per output dtype, |restored - reference| <=
+ *   f32:     1e-5 * |ref| + 2e-5
+ *   bf16:    2^-8 * |ref| + 2e-5   (half an ulp, 8-bit significand)
+ *   f16:     2^-11 * |ref| + 2e-5  (half an ulp, 11-bit significand)
+ *   f8_e4m3: 2^-4 * |ref| + 2^-10 + 2e-5 (half an ulp, 4-bit
+ *            significand; 2^-10 is half the subnormal step)
+ * The 2e-5 absorbs the f32 arithmetic (sums of <= 64 products of O(1)
+ * terms); reference values are O(1..10).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gpu/restore.h"
+#include "meta/log.h"
+
+static char dir[64];
+static char logpath[80];
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	return remove(p);
+}
+
+static int setup(void **state)
+{
+	snprintf(dir, sizeof(dir), "/tmp/kvfs-test-restore-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(logpath, sizeof(logpath), "%s.log", dir);
+	kvfs_restore_set_blas_threads(2);
+	return kvfs_log_open(logpath);
+}
+
+static int teardown(void **state)
+{
+	kvfs_log_close();
+	unlink(logpath);
+	return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void log_reset(void)
+{
+	assert_int_equal(truncate(logpath, 0), 0);
+}
+
+static int log_has(const char *needle)
+{
+	char buf[65536];
+	FILE *f = fopen(logpath, "r");
+	size_t n;
+
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	if (!strstr(buf, needle)) {
+		print_error("log lacks \"%s\":\n%s", needle, buf);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---------------------------------------------- PRNG and test encodings */
+
+static uint64_t rng;
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static size_t esize(uint16_t dt)
+{
+	return dt == KVFS_DTYPE_F32 ? 4 : dt == KVFS_DTYPE_F8_E4M3 ? 1 : 2;
+}
+
+/* Write a random normal number with exponent in [lo, hi) as @dt at @dst;
+ * return its exact value.
+ */
+static double gen(uint16_t dt, int lo, int hi, void *dst)
+{
+	int s = (int)(rnd() & 1), e = lo + (int)(rnd() % (uint64_t)(hi - lo));
+	uint64_t r = rnd();
+	uint32_t u32;
+	uint16_t u16;
+	double v;
+
+	switch (dt) {
+	case KVFS_DTYPE_F32:
+		u32 = (uint32_t)s << 31 | (uint32_t)(e + 127) << 23 |
+		      (uint32_t)(r & 0x7fffff);
+		memcpy(dst, &u32, 4);
+		v = ldexp(1.0 + (double)(r & 0x7fffff) / 8388608.0, e);
+		break;
+	case KVFS_DTYPE_BF16:
+		u16 = (uint16_t)(s << 15 | (e + 127) << 7 | (int)(r & 0x7f));
+		memcpy(dst, &u16, 2);
+		v = ldexp(1.0 + (double)(r & 0x7f) / 128.0, e);
+		break;
+	case KVFS_DTYPE_F16:
+		u16 = (uint16_t)(s << 15 | (e + 15) << 10 | (int)(r & 0x3ff));
+		memcpy(dst, &u16, 2);
+		v = ldexp(1.0 + (double)(r & 0x3ff) / 1024.0, e);
+		break;
+	default:
+		fail();
+		return 0;
+	}
+	return s ? -v : v;
+}
+
+/* The test's own decoders. */
+static double dec(uint16_t dt, const void *base, size_t i)
+{
+	const uint8_t *p = (const uint8_t *)base + i * esize(dt);
+	uint32_t u32;
+	uint16_t h;
+	float f;
+	int e, m;
+
+	switch (dt) {
+	case KVFS_DTYPE_F32:
+		memcpy(&f, p, 4);
+		return f;
+	case KVFS_DTYPE_BF16:
+		memcpy(&h, p, 2);
+		u32 = (uint32_t)h << 16;
+		memcpy(&f, &u32, 4);
+		return f;
+	case KVFS_DTYPE_F16:
+		memcpy(&h, p, 2);
+		e = (h >> 10) & 31;
+		m = h & 1023;
+		if (e == 31)
+			return m ? NAN : (h & 0x8000 ? -INFINITY : INFINITY);
+		f = e ? (float)ldexp(1.0 + m / 1024.0, e - 15) :
+			(float)ldexp(m, -24);
+		return (h & 0x8000) ? -f : f;
+	case KVFS_DTYPE_F8_E4M3:
+		e = (p[0] >> 3) & 15;
+		m = p[0] & 7;
+		if (e == 15 && m == 7)
+			return NAN;
+		f = e ? (float)ldexp(1.0 + m / 8.0, e - 7) :
+			(float)ldexp(m, -9);
+		return (p[0] & 0x80) ? -f : f;
+	}
+	fail();
+	return 0;
+}
+
+static double tol(uint16_t dt, double ref)
+{
+	switch (dt) {
+	case KVFS_DTYPE_F32:
+		return 1e-5 * fabs(ref) + 2e-5;
+	case KVFS_DTYPE_BF16:
+		return ldexp(1, -8) * fabs(ref) + 2e-5;
+	case KVFS_DTYPE_F16:
+		return ldexp(1, -11) * fabs(ref) + 2e-5;
+	default:
+		return ldexp(1, -4) * fabs(ref) + ldexp(1, -10) + 2e-5;
+	}
+}
+
+/* ---------------------------------------------------- checkpoint writer */
+
+struct wt {
+	char name[96];
+	const char *dtype;
+	uint32_t ndim;
+	uint64_t shape[2];
+	uint8_t *bytes;
+	size_t nbytes;
+};
+
+/* Header padded with spaces so the data section starts 8-aligned, as
+ * real writers do.
+ */
+static void write_checkpoint(const char *path, const struct wt *t, size_t n)
+{
+	size_t cap = 256 + n * 256, o = 0, off = 0;
+	char *hdr = malloc(cap);
+	uint64_t hlen;
+	FILE *f;
+
+	assert_non_null(hdr);
+	o += (size_t)snprintf(hdr + o, cap - o,
+			      "{\"__metadata__\":{\"format\":\"pt\"}");
+	for (size_t i = 0; i < n; i++) {
+		o += (size_t)snprintf(hdr + o, cap - o,
+				      ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+				      t[i].name, t[i].dtype);
+		for (uint32_t d = 0; d < t[i].ndim; d++)
+			o += (size_t)snprintf(hdr + o, cap - o, "%s%llu",
+					      d ? "," : "",
+					      (unsigned long long)t[i].shape[d]);
+		o += (size_t)snprintf(hdr + o, cap - o,
+				      "],\"data_offsets\":[%zu,%zu]}", off,
+				      off + t[i].nbytes);
+		off += t[i].nbytes;
+	}
+	o += (size_t)snprintf(hdr + o, cap - o, "}");
+	while ((8 + o) % 8)
+		hdr[o++] = ' ';
+	hlen = o;
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(&hlen, 8, 1, f), 1);
+	assert_int_equal(fwrite(hdr, 1, o, f), o);
+	for (size_t i = 0; i < n; i++)
+		if (t[i].nbytes)
+			assert_int_equal(fwrite(t[i].bytes, 1, t[i].nbytes, f),
+					 t[i].nbytes);
+	assert_int_equal(fclose(f), 0);
+	free(hdr);
+}
+
+/* ------------------------------------------------------ model and reference */
+
+struct spec {
+	int family;
+	uint32_t L, hidden, kvh, hd;
+	uint16_t wdt;       /* weight dtype, KVFS_DTYPE_* */
+	bool bias;
+	int rope_type;
+	double theta, eps, factor, lo, hi;
+	uint32_t orig;
+};
+
+struct refmodel {
+	struct spec s;
+	struct kvfs_restore_model m;
+	uint32_t kvd;
+	double *norm, *wk, *wv, *bk, *bv; /* [L][...] */
+	struct wt *t;
+	size_t nt;
+};
+
+static const char *st_name(uint16_t dt)
+{
+	return dt == KVFS_DTYPE_F32 ? "F32" : dt == KVFS_DTYPE_BF16 ? "BF16" :
+								   "F16";
+}
+
+static struct wt *add_tensor(struct refmodel *rm, const char *name,
+			     uint64_t d0, uint64_t d1, double *vals, int lo,
+			     int hi)
+{
+	struct wt *w = &rm->t[rm->nt++];
+	uint64_t n = d0 * (d1 ? d1 : 1);
+
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	w->dtype = st_name(rm->s.wdt);
+	w->ndim = d1 ? 2 : 1;
+	w->shape[0] = d0;
+	w->shape[1] = d1;
+	w->nbytes = n * esize(rm->s.wdt);
+	w->bytes = malloc(w->nbytes);
+	assert_non_null(w->bytes);
+	for (uint64_t i = 0; i < n; i++)
+		vals[i] = gen(rm->s.wdt, lo, hi, w->bytes + i * esize(rm->s.wdt));
+	return w;
+}
+
+static void make_model(struct refmodel *rm, const struct spec *s,
+		       uint64_t seed)
+{
+	uint32_t L = s->L, H = s->hidden, D = s->kvh * s->hd;
+	char name[96];
+
+	memset(rm, 0, sizeof(*rm));
+	rng = seed;
+	rm->s = *s;
+	rm->kvd = D;
+	rm->m.family = s->family;
+	rm->m.n_layers = L;
+	rm->m.hidden_size = H;
+	rm->m.n_kv_heads = s->kvh;
+	rm->m.head_dim = s->hd;
+	rm->m.rms_norm_eps = s->eps;
+	rm->m.rope_theta = s->theta;
+	rm->m.rope_type = s->rope_type;
+	rm->m.rope_factor = s->factor;
+	rm->m.rope_low_freq_factor = s->lo;
+	rm->m.rope_high_freq_factor = s->hi;
+	rm->m.rope_orig_max_pos = s->orig;
+	rm->norm = calloc((size_t)L * H, sizeof(double));
+	rm->wk = calloc((size_t)L * D * H, sizeof(double));
+	rm->wv = calloc((size_t)L * D * H, sizeof(double));
+	rm->bk = calloc((size_t)L * D, sizeof(double));
+	rm->bv = calloc((size_t)L * D, sizeof(double));
+	rm->t = calloc((size_t)L * 5 + 8, sizeof(*rm->t));
+	assert_true(rm->norm && rm->wk && rm->wv && rm->bk && rm->bv && rm->t);
+	for (uint32_t l = 0; l < L; l++) {
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.input_layernorm.weight", l);
+		add_tensor(rm, name, H, 0, rm->norm + (size_t)l * H, -1, 1);
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.k_proj.weight", l);
+		add_tensor(rm, name, D, H, rm->wk + (size_t)l * D * H, -4, 0);
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.v_proj.weight", l);
+		add_tensor(rm, name, D, H, rm->wv + (size_t)l * D * H, -4, 0);
+		if (s->bias) {
+			snprintf(name, sizeof(name),
+				 "model.layers.%u.self_attn.k_proj.bias", l);
+			add_tensor(rm, name, D, 0, rm->bk + (size_t)l * D, -3,
+				   0);
+			snprintf(name, sizeof(name),
+				 "model.layers.%u.self_attn.v_proj.bias", l);
+			add_tensor(rm, name, D, 0, rm->bv + (size_t)l * D, -3,
+				   0);
+		}
+	}
+	/* Tensors a restore must not need, as real checkpoints have. */
+	{
+		double tmp[8];
+
+		add_tensor(rm, "model.embed_tokens.weight", 2, 4, tmp, -1, 0);
+		add_tensor(rm, "model.norm.weight", 4, 0, tmp, -1, 0);
+	}
+}
+
+static void free_model(struct refmodel *rm)
+{
+	for (size_t i = 0; i < rm->nt; i++)
+		free(rm->t[i].bytes);
+	free(rm->t);
+	free(rm->norm);
+	free(rm->wk);
+	free(rm->wv);
+	free(rm->bk);
+	free(rm->bv);
+}
+
+static const char *model_path(const char *name)
+{
+	static char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return p;
+}
+
+/* Written as the Hugging Face config describes it, but independently:
+ * exp/log instead of pow, bands tested in the other order.
+ */
+static double ref_inv_freq(const struct kvfs_restore_model *m, uint32_t j)
+{
+	double base = exp(-log(m->rope_theta) * (2.0 * j / m->head_dim));
+	double wl, lo_wl, hi_wl, smooth;
+
+	if (m->rope_type == KVFS_ROPE_LINEAR)
+		return base / m->rope_factor;
+	if (m->rope_type != KVFS_ROPE_LLAMA3)
+		return base;
+	wl = 2 * M_PI / base;
+	lo_wl = m->rope_orig_max_pos / m->rope_low_freq_factor;
+	hi_wl = m->rope_orig_max_pos / m->rope_high_freq_factor;
+	if (wl < hi_wl)
+		return base;
+	if (wl > lo_wl)
+		return base / m->rope_factor;
+	smooth = (m->rope_orig_max_pos / wl - m->rope_low_freq_factor) /
+		 (m->rope_high_freq_factor - m->rope_low_freq_factor);
+	return smooth * base + (1 - smooth) * base / m->rope_factor;
+}
+
+/* K and V of layer @l, token with values @x (double, [hidden]) at @pos. */
+static void ref_kv(const struct refmodel *rm, uint32_t l, const double *x,
+		   uint64_t pos, double *k, double *v)
+{
+	uint32_t H = rm->s.hidden, D = rm->kvd, hd = rm->s.hd;
+	double *xn = malloc(H * sizeof(double)), ms = 0;
+
+	assert_non_null(xn);
+	for (uint32_t j = 0; j < H; j++)
+		ms += x[j] * x[j];
+	ms /= H;
+	for (uint32_t j = 0; j < H; j++)
+		xn[j] = x[j] / sqrt(ms + rm->s.eps) * rm->norm[(size_t)l * H + j];
+	for (uint32_t o = 0; o < D; o++) {
+		const double *wk = rm->wk + ((size_t)l * D + o) * H;
+		const double *wv = rm->wv + ((size_t)l * D + o) * H;
+		double sk = rm->bk[(size_t)l * D + o];
+		double sv = rm->bv[(size_t)l * D + o];
+
+		for (uint32_t j = 0; j < H; j++) {
+			sk += wk[j] * xn[j];
+			sv += wv[j] * xn[j];
+		}
+		k[o] = sk;
+		v[o] = sv;
+	}
+	for (uint32_t h = 0; h < rm->s.kvh; h++) {
+		double *q = k + (size_t)h * hd;
+
+		for (uint32_t j = 0; j < hd / 2; j++) {
+			double a = (double)pos * ref_inv_freq(&rm->m, j);
+			double x1 = q[j], x2 = q[j + hd / 2];
+
+			q[j] = x1 * cos(a) - x2 * sin(a);
+			q[j + hd / 2] = x2 * cos(a) + x1 * sin(a);
+		}
+	}
+	free(xn);
+}
+
+/* ------------------------------------------------------------ payloads */
+
+struct block {
+	uint32_t n, c, rows;
+	uint64_t pos;
+	uint16_t hdt;
+	uint8_t *hidden;     /* HIDDEN payload */
+	size_t hidden_len;
+	double *x;           /* [L][n][hidden] exact input values */
+};
+
+/* Padded rows are filled with 0xff bytes (NaN in every float format) to
+ * prove they are never read.
+ */
+static void make_block(struct block *b, const struct refmodel *rm,
+		       uint16_t hdt, uint32_t n, uint32_t c, uint64_t pos)
+{
+	uint32_t H = rm->s.hidden, L = rm->s.L;
+	size_t es = esize(hdt);
+
+	memset(b, 0, sizeof(*b));
+	b->n = n;
+	b->c = c;
+	b->rows = (n + c - 1) / c * c;
+	b->pos = pos;
+	b->hdt = hdt;
+	b->hidden_len = (size_t)L * b->rows * H * es;
+	b->hidden = malloc(b->hidden_len);
+	b->x = malloc((size_t)L * n * H * sizeof(double));
+	assert_true(b->hidden && b->x);
+	memset(b->hidden, 0xff, b->hidden_len);
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t j = 0; j < H; j++) {
+				size_t at = (((size_t)l * b->rows + i) * H + j);
+
+				b->x[((size_t)l * n + i) * H + j] =
+					gen(hdt, -2, 2, b->hidden + at * es);
+			}
+}
+
+static void free_block(struct block *b)
+{
+	free(b->hidden);
+	free(b->x);
+}
+
+/* Check layer @l of a KV payload against the reference; returns the
+ * largest error/tolerance ratio seen.
+ */
+static double check_layer(const struct refmodel *rm, const struct block *b,
+			  uint32_t l, const uint8_t *kvl, uint16_t kdt)
+{
+	uint32_t D = rm->kvd, c = b->c;
+	double *k = malloc(D * sizeof(double)), *v = malloc(D * sizeof(double));
+	double worst = 0;
+
+	assert_true(k && v);
+	for (uint32_t r = 0; r < b->rows; r++) {
+		uint32_t ch = r / c, i = r % c;
+		size_t kbase = ((size_t)ch * 2 * c + i) * D;
+		size_t vbase = ((size_t)ch * 2 * c + c + i) * D;
+
+		if (r >= b->n) {
+			for (uint32_t o = 0; o < D; o++) {
+				assert_true(dec(kdt, kvl, kbase + o) == 0);
+				assert_true(dec(kdt, kvl, vbase + o) == 0);
+			}
+			continue;
+		}
+		ref_kv(rm, l, b->x + ((size_t)l * b->n + r) * rm->s.hidden,
+		       b->pos + r, k, v);
+		for (uint32_t o = 0; o < D; o++) {
+			double gk = dec(kdt, kvl, kbase + o);
+			double gv = dec(kdt, kvl, vbase + o);
+			double ek = fabs(gk - k[o]) / tol(kdt, k[o]);
+			double ev = fabs(gv - v[o]) / tol(kdt, v[o]);
+
+			if (!(ek <= 1) || !(ev <= 1))
+				print_error("layer %u row %u elem %u: K %.9g vs %.9g, V %.9g vs %.9g\n",
+					    l, r, o, gk, k[o], gv, v[o]);
+			assert_true(ek <= 1);
+			assert_true(ev <= 1);
+			worst = fmax(worst, fmax(ek, ev));
+		}
+	}
+	free(k);
+	free(v);
+	return worst;
+}
+
+/* Restore @b through kvfs_restore_block() into a canary-guarded buffer
+ * and check every layer.
+ */
+static void restore_and_check(const struct kvfs_restore *r,
+			      const struct refmodel *rm, const struct block *b,
+			      uint16_t kdt)
+{
+	size_t kl = (size_t)b->rows * 2 * rm->kvd * esize(kdt);
+	size_t len = kl * rm->s.L;
+	uint8_t *kv = malloc(len + 64);
+	struct kvfs_restore_io io = {
+		.hidden = b->hidden,
+		.hidden_len = b->hidden_len,
+		.hidden_dtype = b->hdt,
+		.kv_len = len,
+		.kv_dtype = kdt,
+		.start_pos = b->pos,
+		.n_tokens = b->n,
+		.chunk_tokens = b->c,
+	};
+	double worst = 0;
+
+	assert_non_null(kv);
+	memset(kv, 0xa5, len + 64);
+	io.kv = kv;
+	assert_int_equal(kvfs_restore_kv_layer_bytes(&rm->m, b->n, b->c, kdt),
+			 kl);
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), 0);
+	for (size_t i = 0; i < 64; i++)
+		assert_int_equal(kv[len + i], 0xa5);
+	for (uint32_t l = 0; l < rm->s.L; l++)
+		worst = fmax(worst, check_layer(rm, b, l, kv + l * kl, kdt));
+	print_message("    hidden %u -> kv %u: worst error %.3f of tolerance\n",
+		      b->hdt, kdt, worst);
+	free(kv);
+}
+
+static struct kvfs_restore *load_model(struct refmodel *rm, const char *file,
+				       unsigned flags)
+{
+	struct kvfs_restore *r = NULL;
+
+	write_checkpoint(model_path(file), rm->t, rm->nt);
+	assert_int_equal(kvfs_restore_load(&rm->m, model_path(file), flags, &r),
+			 0);
+	return r;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static const struct spec llama_mha_f32 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 2, .hidden = 32, .kvh = 4, .hd = 8,
+	.wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5,
+};
+
+/* hd 8, theta 5e5: wavelengths 6.3, 167, 4.4e3, 1.2e5; with a 512-token
+ * original context and factors 1/4 the bands are: keep, blend, scale,
+ * scale - every branch of the llama3 rule.
+ */
+static const struct spec llama_gqa_bf16 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 3, .hidden = 48, .kvh = 2, .hd = 8,
+	.wdt = KVFS_DTYPE_BF16, .theta = 500000, .eps = 1e-5,
+	.rope_type = KVFS_ROPE_LLAMA3, .factor = 8, .lo = 1, .hi = 4,
+	.orig = 512,
+};
+
+static const struct spec qwen2_bias = {
+	.family = KVFS_FAMILY_QWEN2, .L = 2, .hidden = 64, .kvh = 2, .hd = 16,
+	.wdt = KVFS_DTYPE_BF16, .bias = true, .theta = 1000000, .eps = 1e-6,
+};
+
+static const struct spec llama_linear_f16 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 1, .hidden = 16, .kvh = 2, .hd = 8,
+	/* a large eps, so that dropping it would show */
+	.wdt = KVFS_DTYPE_F16, .theta = 10000, .eps = 0.25,
+	.rope_type = KVFS_ROPE_LINEAR, .factor = 4,
+};
+
+static const uint16_t all_dtypes[] = { KVFS_DTYPE_F32, KVFS_DTYPE_BF16,
+				       KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 };
+
+static void test_llama_mha_f32(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r;
+	struct block b;
+
+	make_model(&rm, &llama_mha_f32, 1);
+	r = load_model(&rm, "llama_mha.safetensors", 0);
+	/* F32 weights, 8-aligned data: K/V used in place, only norms copied */
+	assert_int_equal(kvfs_restore_mem_bytes(r), 2 * 32 * 4);
+	/* 37 tokens in chunks of 16: the last chunk holds 5 */
+	make_block(&b, &rm, KVFS_DTYPE_F32, 37, 16, 1000);
+	for (size_t i = 0; i < 4; i++)
+		restore_and_check(r, &rm, &b, all_dtypes[i]);
+	free_block(&b);
+	/* position 0 and a large one */
+	make_block(&b, &rm, KVFS_DTYPE_F32, 16, 16, 0);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
+	free_block(&b);
+	make_block(&b, &rm, KVFS_DTYPE_F32, 3, 4, 1ull << 33);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+static void test_llama_gqa_bf16_llama3(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r;
+	struct block b;
+
+	make_model(&rm, &llama_gqa_bf16, 2);
+	r = load_model(&rm, "llama_gqa.safetensors", 0);
+	/* norms + converted K and V: 3 * (48 + 2 * 16 * 48) floats */
+	assert_int_equal(kvfs_restore_mem_bytes(r), 3 * (48 + 2 * 16 * 48) * 4);
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
+	for (size_t i = 0; i < 4; i++)
+		restore_and_check(r, &rm, &b, all_dtypes[i]);
+	free_block(&b);
+	make_block(&b, &rm, KVFS_DTYPE_F16, 50, 64, 4096 + 7);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+static void test_llama_linear_rope(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r;
+	struct block b;
+
+	make_model(&rm, &llama_linear_f16, 3);
+	r = load_model(&rm, "llama_lin.safetensors", 0);
+	make_block(&b, &rm, KVFS_DTYPE_F16, 9, 4, 777);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F16);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+/* Qwen2 with biases, through a sharded checkpoint (index + 2 shards). */
+static void test_qwen2_sharded(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r = NULL;
+	struct block b;
+	size_t half;
+	FILE *f;
+
+	make_model(&rm, &qwen2_bias, 4);
+	half = rm.nt / 2;
+	write_checkpoint(model_path("q-00001-of-00002.safetensors"), rm.t,
+			 half);
+	write_checkpoint(model_path("q-00002-of-00002.safetensors"),
+			 rm.t + half, rm.nt - half);
+	f = fopen(model_path("model.safetensors.index.json"), "w");
+	assert_non_null(f);
+	fprintf(f, "{\"metadata\":{\"total_size\":0},\"weight_map\":{");
+	for (size_t i = 0; i < rm.nt; i++)
+		fprintf(f, "%s\"%s\":\"q-0000%d-of-00002.safetensors\"",
+			i ? "," : "", rm.t[i].name, i < half ? 1 : 2);
+	fprintf(f, "}}\n");
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(kvfs_restore_load(&rm.m,
+					   model_path("model.safetensors.index.json"),
+					   0, &r), 0);
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
+	free_block(&b);
+	make_block(&b, &rm, KVFS_DTYPE_F16, 20, 8, 31);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F16);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+static uint8_t *restore_all(const struct kvfs_restore *r,
+			    struct kvfs_restore_ws *ws,
+			    const struct refmodel *rm, const struct block *b,
+			    uint16_t kdt, size_t *len)
+{
+	struct kvfs_restore_io io = {
+		.hidden = b->hidden,
+		.hidden_len = b->hidden_len,
+		.hidden_dtype = b->hdt,
+		.kv_dtype = kdt,
+		.start_pos = b->pos,
+		.n_tokens = b->n,
+		.chunk_tokens = b->c,
+	};
+
+	*len = (size_t)b->rows * 2 * rm->kvd * esize(kdt) * rm->s.L;
+	io.kv = malloc(*len);
+	io.kv_len = *len;
+	assert_non_null(io.kv);
+	assert_int_equal(kvfs_restore_block(r, ws, &io), 0);
+	return io.kv;
+}
+
+/* Lazy conversion holds less memory and gives the same bytes. */
+static void test_lazy_matches_resident(void **state)
+{
+	struct kvfs_restore *res, *lazy;
+	struct kvfs_restore_ws *ws;
+	struct refmodel rm;
+	struct block b;
+	uint8_t *a, *z;
+	size_t la, lz;
+
+	make_model(&rm, &llama_gqa_bf16, 5);
+	res = load_model(&rm, "res.safetensors", 0);
+	lazy = load_model(&rm, "lazy.safetensors", KVFS_RESTORE_LAZY);
+	assert_int_equal(kvfs_restore_mem_bytes(lazy), 3 * 48 * 4);
+	assert_true(kvfs_restore_mem_bytes(res) > kvfs_restore_mem_bytes(lazy));
+	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
+	a = restore_all(res, ws, &rm, &b, KVFS_DTYPE_F32, &la);
+	z = restore_all(lazy, ws, &rm, &b, KVFS_DTYPE_F32, &lz);
+	assert_int_equal(la, lz);
+	assert_memory_equal(a, z, la);
+	restore_and_check(lazy, &rm, &b, KVFS_DTYPE_BF16);
+	free(a);
+	free(z);
+	free_block(&b);
+	kvfs_restore_ws_free(ws);
+	kvfs_restore_free(res);
+	kvfs_restore_free(lazy);
+	free_model(&rm);
+}
+
+/* kvfs_restore_layer() on one layer's slices equals that layer of the
+ * whole-block result; a layer range leaves other layers untouched; a
+ * workspace reused across different blocks gives the same bytes.
+ */
+static void test_layer_api(void **state)
+{
+	struct kvfs_restore_ws *ws;
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b, b2;
+	uint8_t *full, *one, *part, *again;
+	size_t len, kl, hl, l2;
+	struct kvfs_restore_io io;
+
+	make_model(&rm, &llama_gqa_bf16, 6);
+	r = load_model(&rm, "layer.safetensors", 0);
+	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
+	full = restore_all(r, ws, &rm, &b, KVFS_DTYPE_BF16, &len);
+	kl = kvfs_restore_kv_layer_bytes(&rm.m, 37, 16, KVFS_DTYPE_BF16);
+	hl = kvfs_restore_hidden_layer_bytes(&rm.m, 37, 16, KVFS_DTYPE_BF16);
+	assert_int_equal(hl, 48 * 48 * 2);
+	assert_int_equal(kl * 3, len);
+
+	one = malloc(kl);
+	assert_non_null(one);
+	assert_int_equal(kvfs_restore_layer(r, ws, 2, b.hidden + 2 * hl,
+					    KVFS_DTYPE_BF16, 1000, 37, 16, one,
+					    KVFS_DTYPE_BF16), 0);
+	assert_memory_equal(one, full + 2 * kl, kl);
+	/* NULL workspace works too */
+	memset(one, 0, kl);
+	assert_int_equal(kvfs_restore_layer(r, NULL, 1, b.hidden + hl,
+					    KVFS_DTYPE_BF16, 1000, 37, 16, one,
+					    KVFS_DTYPE_BF16), 0);
+	assert_memory_equal(one, full + kl, kl);
+
+	/* layers [1, 2) only */
+	part = malloc(len);
+	assert_non_null(part);
+	memset(part, 0x5a, len);
+	memset(&io, 0, sizeof(io));
+	io.hidden = b.hidden;
+	io.hidden_len = b.hidden_len;
+	io.hidden_dtype = KVFS_DTYPE_BF16;
+	io.kv = part;
+	io.kv_len = len;
+	io.kv_dtype = KVFS_DTYPE_BF16;
+	io.start_pos = 1000;
+	io.n_tokens = 37;
+	io.chunk_tokens = 16;
+	io.first_layer = 1;
+	io.n_layers = 1;
+	assert_int_equal(kvfs_restore_block(r, ws, &io), 0);
+	for (size_t i = 0; i < kl; i++) {
+		assert_int_equal(part[i], 0x5a);
+		assert_int_equal(part[2 * kl + i], 0x5a);
+	}
+	assert_memory_equal(part + kl, full + kl, kl);
+
+	/* the cached cos/sin table must follow start_pos and n_tokens */
+	make_block(&b2, &rm, KVFS_DTYPE_BF16, 20, 16, 5);
+	free(restore_all(r, ws, &rm, &b2, KVFS_DTYPE_BF16, &l2));
+	again = restore_all(r, ws, &rm, &b, KVFS_DTYPE_BF16, &l2);
+	assert_memory_equal(again, full, len);
+
+	free(again);
+	free(part);
+	free(one);
+	free(full);
+	free_block(&b);
+	free_block(&b2);
+	kvfs_restore_ws_free(ws);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+struct thr {
+	const struct kvfs_restore *r;
+	const struct refmodel *rm;
+	const struct block *b;
+	uint8_t *out;
+	size_t len;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	struct kvfs_restore_ws *ws;
+
+	if (kvfs_restore_ws_alloc(&ws))
+		return NULL;
+	for (int i = 0; i < 4; i++) {
+		free(t->out);
+		t->out = restore_all(t->r, ws, t->rm, t->b, KVFS_DTYPE_F32,
+				     &t->len);
+	}
+	kvfs_restore_ws_free(ws);
+	return NULL;
+}
+
+/* One loaded model, four threads with their own workspaces and outputs:
+ * every result equals the single-threaded one.
+ */
+static void test_threads(void **state)
+{
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b;
+	struct thr t[4];
+	pthread_t tid[4];
+	uint8_t *ref;
+	size_t len;
+
+	make_model(&rm, &qwen2_bias, 7);
+	r = load_model(&rm, "thr.safetensors", KVFS_RESTORE_LAZY);
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
+	ref = restore_all(r, NULL, &rm, &b, KVFS_DTYPE_F32, &len);
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct thr){ .r = r, .rm = &rm, .b = &b };
+		assert_int_equal(pthread_create(&tid[i], NULL, thr_main, &t[i]),
+				 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+		assert_non_null(t[i].out);
+		assert_int_equal(t[i].len, len);
+		assert_memory_equal(t[i].out, ref, len);
+		free(t[i].out);
+	}
+	free(ref);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+/* --------------------------------------------------------- refusals */
+
+static struct wt *find_wt(struct refmodel *rm, const char *name)
+{
+	for (size_t i = 0; i < rm->nt; i++)
+		if (!strcmp(rm->t[i].name, name))
+			return &rm->t[i];
+	fail_msg("no tensor %s", name);
+	return NULL;
+}
+
+static void drop_wt(struct refmodel *rm, const char *name)
+{
+	struct wt *w = find_wt(rm, name);
+
+	free(w->bytes);
+	*w = rm->t[--rm->nt];
+}
+
+static void expect_refused(struct refmodel *rm, const char *file,
+			   const struct kvfs_restore_model *m, int err,
+			   const char *a, const char *b)
+{
+	struct kvfs_restore *r = NULL;
+
+	write_checkpoint(model_path(file), rm->t, rm->nt);
+	log_reset();
+	assert_int_equal(kvfs_restore_load(m, model_path(file), 0, &r), err);
+	assert_null(r);
+	if (a)
+		assert_true(log_has(a));
+	if (b)
+		assert_true(log_has(b));
+}
+
+/* The namespace says 4 KV heads, the checkpoint has 2. */
+static void test_refuse_kv_heads(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore_model m;
+
+	make_model(&rm, &llama_gqa_bf16, 8);
+	m = rm.m;
+	m.n_kv_heads = 4;
+	expect_refused(&rm, "heads.safetensors", &m, -EINVAL,
+		       "tensor \"model.layers.0.self_attn.k_proj.weight\": shape [16, 48], expected [32, 48]",
+		       NULL);
+	free_model(&rm);
+}
+
+static void test_refuse_bad_shapes(void **state)
+{
+	struct refmodel rm;
+	struct wt *w;
+
+	make_model(&rm, &qwen2_bias, 9);
+	/* layer 1's v_proj transposed */
+	w = find_wt(&rm, "model.layers.1.self_attn.v_proj.weight");
+	w->shape[0] = 64;
+	w->shape[1] = 32;
+	expect_refused(&rm, "vt.safetensors", &rm.m, -EINVAL,
+		       "model.layers.1.self_attn.v_proj.weight\": shape [64, 32], expected [32, 64]",
+		       NULL);
+	w->shape[0] = 32;
+	w->shape[1] = 64;
+	/* bias of the wrong length: reshape [32] as [16, 2] */
+	w = find_wt(&rm, "model.layers.0.self_attn.k_proj.bias");
+	w->ndim = 2;
+	w->shape[0] = 16;
+	w->shape[1] = 2;
+	expect_refused(&rm, "bias.safetensors", &rm.m, -EINVAL,
+		       "model.layers.0.self_attn.k_proj.bias\": shape [16, 2], expected [32]",
+		       NULL);
+	w->ndim = 1;
+	w->shape[0] = 32;
+	/* norm wrong */
+	w = find_wt(&rm, "model.layers.1.input_layernorm.weight");
+	w->ndim = 2;
+	w->shape[0] = 32;
+	w->shape[1] = 2;
+	expect_refused(&rm, "norm.safetensors", &rm.m, -EINVAL,
+		       "model.layers.1.input_layernorm.weight\": shape [32, 2], expected [64]",
+		       NULL);
+	free_model(&rm);
+}
+
+static void test_refuse_qwen2_no_bias(void **state)
+{
+	struct refmodel rm;
+	struct spec s = qwen2_bias;
+
+	s.bias = false;
+	make_model(&rm, &s, 10);
+	expect_refused(&rm, "nobias.safetensors", &rm.m, -EINVAL,
+		       "model.layers.0.self_attn.k_proj.bias",
+		       "qwen2 has K/V biases");
+	free_model(&rm);
+}
+
+static void test_llama_biases(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r;
+	struct spec s = qwen2_bias;
+	struct block b;
+
+	/* A llama checkpoint with both biases (attention_bias) uses them. */
+	s.family = KVFS_FAMILY_LLAMA;
+	make_model(&rm, &s, 11);
+	r = load_model(&rm, "lbias.safetensors", 0);
+	make_block(&b, &rm, KVFS_DTYPE_F32, 5, 4, 100);
+	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
+	free_block(&b);
+	kvfs_restore_free(r);
+	/* ... and one bias alone is refused, naming the missing one. */
+	drop_wt(&rm, "model.layers.1.self_attn.v_proj.bias");
+	expect_refused(&rm, "onebias.safetensors", &rm.m, -EINVAL,
+		       "tensor \"model.layers.1.self_attn.v_proj.bias\": missing while the other projection has a bias",
+		       NULL);
+	free_model(&rm);
+}
+
+static void test_refuse_missing_and_extra(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore_model m;
+	struct wt *w;
+
+	make_model(&rm, &llama_gqa_bf16, 12);
+	/* the namespace has 2 layers, the checkpoint 3 */
+	m = rm.m;
+	m.n_layers = 2;
+	expect_refused(&rm, "deep.safetensors", &m, -EINVAL,
+		       "tensor \"model.layers.2.input_layernorm.weight\": present, but the namespace has 2 layers",
+		       NULL);
+	/* the namespace has 4 */
+	m.n_layers = 4;
+	expect_refused(&rm, "shallow.safetensors", &m, -EINVAL,
+		       "tensor \"model.layers.3.input_layernorm.weight\": missing from the checkpoint",
+		       NULL);
+	/* unusable dtype */
+	w = find_wt(&rm, "model.layers.0.self_attn.k_proj.weight");
+	w->dtype = "I16";
+	expect_refused(&rm, "i16.safetensors", &rm.m, -EINVAL,
+		       "tensor \"model.layers.0.self_attn.k_proj.weight\": dtype I16 is not usable",
+		       NULL);
+	w->dtype = "BF16";
+	drop_wt(&rm, "model.layers.2.self_attn.v_proj.weight");
+	expect_refused(&rm, "nov.safetensors", &rm.m, -EINVAL,
+		       "tensor \"model.layers.2.self_attn.v_proj.weight\": missing from the checkpoint",
+		       NULL);
+	free_model(&rm);
+}
+
+static void test_refuse_files(void **state)
+{
+	struct refmodel rm;
+	struct kvfs_restore *r = NULL;
+	FILE *f;
+
+	make_model(&rm, &llama_mha_f32, 13);
+	assert_int_equal(kvfs_restore_load(&rm.m, model_path("absent.safetensors"),
+					   0, &r), -ENOENT);
+	f = fopen(model_path("garbage.safetensors"), "w");
+	assert_non_null(f);
+	fputs("this is not a checkpoint", f);
+	fclose(f);
+	log_reset();
+	assert_int_equal(kvfs_restore_load(&rm.m, model_path("garbage.safetensors"),
+					   0, &r), -EINVAL);
+	assert_true(log_has("checkpoint refused"));
+	assert_null(r);
+	free_model(&rm);
+}
+
+static void test_model_check(void **state)
+{
+	struct kvfs_restore_model ok = {
+		.family = KVFS_FAMILY_LLAMA, .n_layers = 2, .hidden_size = 32,
+		.n_kv_heads = 4, .head_dim = 8, .rms_norm_eps = 1e-5,
+		.rope_theta = 10000,
+	}, m;
+
+	assert_int_equal(kvfs_restore_model_check(&ok), 0);
+	m = ok;
+	m.family = 9;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.head_dim = 7;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.n_layers = 0;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.rms_norm_eps = 0;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.rope_theta = NAN;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.rope_type = KVFS_ROPE_LINEAR;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL); /* factor 0 */
+	m.rope_factor = 2;
+	assert_int_equal(kvfs_restore_model_check(&m), 0);
+	m = ok;
+	m.rope_type = KVFS_ROPE_LLAMA3;
+	m.rope_factor = 8;
+	m.rope_low_freq_factor = 4;
+	m.rope_high_freq_factor = 4;
+	m.rope_orig_max_pos = 8192;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL); /* hi <= lo */
+	m.rope_low_freq_factor = 1;
+	assert_int_equal(kvfs_restore_model_check(&m), 0);
+	m.rope_orig_max_pos = 0;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+	m = ok;
+	m.rope_type = 7;
+	assert_int_equal(kvfs_restore_model_check(&m), -EINVAL);
+
+	assert_int_equal(kvfs_restore_family_parse("llama"), KVFS_FAMILY_LLAMA);
+	assert_int_equal(kvfs_restore_family_parse("qwen2"), KVFS_FAMILY_QWEN2);
+	assert_int_equal(kvfs_restore_family_parse("mistral"), -EINVAL);
+	assert_int_equal(kvfs_restore_rope_parse("llama3"), KVFS_ROPE_LLAMA3);
+	assert_int_equal(kvfs_restore_rope_parse("linear"), KVFS_ROPE_LINEAR);
+	assert_int_equal(kvfs_restore_rope_parse("default"), KVFS_ROPE_DEFAULT);
+	assert_int_equal(kvfs_restore_rope_parse("yarn"), -EINVAL);
+	assert_int_equal(kvfs_restore_rope_parse("dynamic"), -EINVAL);
+}
+
+static void test_bad_requests(void **state)
+{
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b;
+	struct kvfs_restore_io io, good;
+	uint8_t *kv;
+	size_t len;
+
+	make_model(&rm, &llama_mha_f32, 14);
+	r = load_model(&rm, "req.safetensors", 0);
+	make_block(&b, &rm, KVFS_DTYPE_F32, 10, 4, 50);
+	len = (size_t)b.rows * 2 * rm.kvd * 4 * rm.s.L;
+	kv = malloc(len);
+	assert_non_null(kv);
+	memset(&good, 0, sizeof(good));
+	good.hidden = b.hidden;
+	good.hidden_len = b.hidden_len;
+	good.hidden_dtype = KVFS_DTYPE_F32;
+	good.kv = kv;
+	good.kv_len = len;
+	good.kv_dtype = KVFS_DTYPE_F32;
+	good.start_pos = 50;
+	good.n_tokens = 10;
+	good.chunk_tokens = 4;
+	assert_int_equal(kvfs_restore_block(r, NULL, &good), 0);
+
+	io = good;
+	io.n_tokens = 0;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.chunk_tokens = 0;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.kv_dtype = 0;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.hidden_dtype = 9;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.hidden_len--;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.kv_len++;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.chunk_tokens = 8; /* payload sized for chunks of 4 */
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.first_layer = 2;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.first_layer = 1;
+	io.n_layers = 2;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.start_pos = (1ull << 53) - 5;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	io = good;
+	io.kv = NULL;
+	assert_int_equal(kvfs_restore_block(r, NULL, &io), -EINVAL);
+	assert_int_equal(kvfs_restore_layer(r, NULL, 2, b.hidden,
+					    KVFS_DTYPE_F32, 0, 10, 4, kv,
+					    KVFS_DTYPE_F32), -EINVAL);
+	free(kv);
+	free_block(&b);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+/* ------------------------------------------------------- conversions */
+
+static void test_convert_bf16(void **state)
+{
+	/* ties to even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 */
+	assert_int_equal(kvfs_restore_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+	/* 1 + 3 * 2^-8: halfway between 1 + 2^-7 (odd) and 1 + 2^-6 */
+	assert_int_equal(kvfs_restore_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+	/* just above halfway rounds up */
+	assert_int_equal(kvfs_restore_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f),
+			 0x3f81);
+	assert_int_equal(kvfs_restore_f32_to_bf16(-2.0f), 0xc000);
+	assert_int_equal(kvfs_restore_f32_to_bf16(INFINITY), 0x7f80);
+	assert_int_equal(kvfs_restore_f32_to_bf16(3.4e38f), 0x7f80);
+	assert_true(isnan(kvfs_restore_bf16_to_f32(
+		kvfs_restore_f32_to_bf16(NAN))));
+	/* every non-NaN pattern round-trips */
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		float f = kvfs_restore_bf16_to_f32((uint16_t)h);
+
+		if (isnan(f))
+			continue;
+		assert_int_equal(kvfs_restore_f32_to_bf16(f), h);
+		assert_true(f == (float)dec(KVFS_DTYPE_BF16, &h, 0));
+	}
+}
+
+static void test_convert_f16(void **state)
+{
+	assert_int_equal(kvfs_restore_f32_to_f16(1.0f), 0x3c00);
+	assert_int_equal(kvfs_restore_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+	assert_int_equal(kvfs_restore_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+	assert_int_equal(kvfs_restore_f32_to_f16(65504.0f), 0x7bff);
+	assert_int_equal(kvfs_restore_f32_to_f16(65519.0f), 0x7bff);
+	assert_int_equal(kvfs_restore_f32_to_f16(65520.0f), 0x7c00);
+	assert_int_equal(kvfs_restore_f32_to_f16(-1e9f), 0xfc00);
+	/* subnormals: 2^-24 is the smallest; 2^-25 ties to 0; 3*2^-25 to 2 */
+	assert_int_equal(kvfs_restore_f32_to_f16(0x1p-24f), 0x0001);
+	assert_int_equal(kvfs_restore_f32_to_f16(0x1p-25f), 0x0000);
+	assert_int_equal(kvfs_restore_f32_to_f16(3 * 0x1p-25f), 0x0002);
+	assert_int_equal(kvfs_restore_f32_to_f16(-0x1p-26f), 0x8000);
+	/* the largest subnormal rounds up into the smallest normal */
+	assert_int_equal(kvfs_restore_f32_to_f16(0x1p-14f - 0x1p-26f), 0x0400);
+	assert_int_equal(kvfs_restore_f32_to_f16(1e-40f), 0x0000);
+	assert_true(isnan(kvfs_restore_f16_to_f32(
+		kvfs_restore_f32_to_f16(NAN))));
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		float f = kvfs_restore_f16_to_f32((uint16_t)h);
+		uint16_t h16 = (uint16_t)h;
+
+		if (isnan(f))
+			continue;
+		assert_int_equal(kvfs_restore_f32_to_f16(f), h);
+		assert_true(f == (float)dec(KVFS_DTYPE_F16, &h16, 0));
+	}
+}
+
+static void test_convert_f8(void **state)
+{
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(1.0f), 0x38);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(448.0f), 0x7e);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(1000.0f), 0x7e);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(-INFINITY), 0xfe);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(NAN) & 0x7f, 0x7f);
+	/* 1 + 2^-4 is halfway between 1 and 1.125: even is 1 */
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(1.0f + 0x1p-4f), 0x38);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(1.0f + 3 * 0x1p-4f), 0x3a);
+	/* 1.9375 rounds up across the exponent to 2 */
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(1.9375f), 0x40);
+	/* subnormals: step 2^-9 */
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(0x1p-9f), 0x01);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(0x1p-10f), 0x00);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(3 * 0x1p-10f), 0x02);
+	assert_int_equal(kvfs_restore_f32_to_f8e4m3(0x1p-6f), 0x08);
+	for (uint32_t b = 0; b < 0x100; b++) {
+		uint8_t b8 = (uint8_t)b;
+		float f = kvfs_restore_f8e4m3_to_f32(b8);
+
+		if ((b & 0x7f) == 0x7f) {
+			assert_true(isnan(f));
+			continue;
+		}
+		assert_int_equal(kvfs_restore_f32_to_f8e4m3(f), b);
+		assert_true(f == (float)dec(KVFS_DTYPE_F8_E4M3, &b8, 0));
+	}
+}
+
+static void test_convert_bulk(void **state)
+{
+	float src[5] = { 1.5f, -0.0f, 3.25f, 1e-3f, -7.0f }, back[5];
+	uint8_t buf[20];
+
+	for (size_t d = 0; d < 4; d++) {
+		assert_int_equal(kvfs_restore_from_f32(src, all_dtypes[d], buf,
+						       5), 0);
+		assert_int_equal(kvfs_restore_to_f32(buf, all_dtypes[d], back,
+						     5), 0);
+		for (int i = 0; i < 5; i++)
+			assert_true(fabs(back[i] - src[i]) <=
+				    tol(all_dtypes[d], src[i]));
+	}
+	/* unaligned source */
+	assert_int_equal(kvfs_restore_from_f32(src, KVFS_DTYPE_BF16, buf + 1,
+					       5), 0);
+	assert_int_equal(kvfs_restore_to_f32(buf + 1, KVFS_DTYPE_BF16, back, 5),
+			 0);
+	assert_true(back[2] == 3.25f);
+	assert_int_equal(kvfs_restore_to_f32(buf, 0, back, 1), -EINVAL);
+	assert_int_equal(kvfs_restore_from_f32(src, 42, buf, 1), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_convert_bf16),
+		cmocka_unit_test(test_convert_f16),
+		cmocka_unit_test(test_convert_f8),
+		cmocka_unit_test(test_convert_bulk),
+		cmocka_unit_test(test_model_check),
+		cmocka_unit_test(test_llama_mha_f32),
+		cmocka_unit_test(test_llama_gqa_bf16_llama3),
+		cmocka_unit_test(test_llama_linear_rope),
+		cmocka_unit_test(test_qwen2_sharded),
+		cmocka_unit_test(test_llama_biases),
+		cmocka_unit_test(test_lazy_matches_resident),
+		cmocka_unit_test(test_layer_api),
+		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_refuse_kv_heads),
+		cmocka_unit_test(test_refuse_bad_shapes),
+		cmocka_unit_test(test_refuse_qwen2_no_bias),
+		cmocka_unit_test(test_refuse_missing_and_extra),
+		cmocka_unit_test(test_refuse_files),
+		cmocka_unit_test(test_bad_requests),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

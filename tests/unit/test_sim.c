@@ -1,0 +1,409 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests for the simulator (cache/sim.c) and its trace reader and
+ * generators (cache/trace.c).  Self-contained: every trace is built here.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/policy.h"
+#include "cache/sim.h"
+#include "cache/trace.h"
+
+/* Four requests over the tree 1-2-3, 1-2-4, 5 (512-token blocks). */
+static const char small_trace[] =
+	"{\"timestamp\": 0, \"input_length\": 1536, \"output_length\": 1, "
+	"\"hash_ids\": [1, 2, 3]}\n"
+	"{\"timestamp\": 10, \"input_length\": 1300, \"output_length\": 1, "
+	"\"hash_ids\": [1, 2, 4]}\n"
+	"\n"
+	"{\"timestamp\": 20, \"input_length\": 100, \"output_length\": 1, "
+	"\"hash_ids\": [5]}\n"
+	"{\"timestamp\": 30.5, \"input_length\": 1536, \"output_length\": 7, "
+	"\"hash_ids\": [1, 2, 3], \"extra\": null}\n";
+
+static struct kvfs_sim *load_small(void)
+{
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+
+	kvfs_trace_init(&t, KVFS_TRACE_MOONCAKE, 0);
+	assert_int_equal(t.block_tokens, 512);
+	assert_int_equal(kvfs_trace_parse_buf(&t, small_trace,
+					      strlen(small_trace), 1), 0);
+	assert_int_equal(t.nreq, 4);
+	assert_int_equal(t.bad_lines, 0);
+	assert_int_equal(t.req[3].ts_ms, 31); /* 30.5 ms, rounded */
+	assert_int_equal(t.req[3].output_len, 7);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	kvfs_trace_release(&t);
+	assert_int_equal(kvfs_sim_unique_blocks(s), 5);
+	return s;
+}
+
+static struct kvfs_sim_stats run(struct kvfs_sim *s, const char *policy,
+				 uint64_t gpu, uint64_t dram)
+{
+	struct kvfs_sim_conf c = { .policy = policy,
+				   .cap = { gpu, dram, 0 } };
+	struct kvfs_sim_stats st;
+
+	kvfs_sim_model_default(&c.model);
+	assert_int_equal(kvfs_sim_run(s, &c, &st), 0);
+	assert_int_equal(st.requests, 4);
+	assert_int_equal(st.block_accesses, 10);
+	return st;
+}
+
+/*
+ * Capacity 4, by hand:
+ *  lru:    r1 miss 1 2 3; r2 hits 1 2, inserts 4 (full); r3 evicts 3 (the
+ *          oldest stamp), inserts 5; r4 hits 1 2, evicts 4 (r2's stamp,
+ *          deepest), inserts 3.  Hits 0+2+0+2 = 4.
+ *  belady: r3 evicts 4 (never used again), so r4 hits 1 2 3: 5.
+ *  arc:    r2 moves 1 2 to T2; r3: |T1| = 2 > p = 0, T1's LRU 3 -> B1;
+ *          r4 hits 1 2; 3 needs room: T1 = [4 5], 4 -> B1; 3 is a B1
+ *          hit.  Hits 4.
+ */
+static void test_hand_single(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_stats st;
+
+	st = run(s, "lru", 4, 0);
+	assert_int_equal(st.hit_blocks, 4);
+	assert_int_equal(st.evicted[0], 2);
+	assert_int_equal(st.discarded, 2);
+	assert_int_equal(st.inserted, 6);
+	st = run(s, "belady", 4, 0);
+	assert_int_equal(st.hit_blocks, 5);
+	st = run(s, "arc", 4, 0);
+	assert_int_equal(st.hit_blocks, 4);
+	/*
+	 * Capacity 2: r1 caches 1 2, block 3 finds only pinned blocks and
+	 * is not cached; r2 hits 1 2, 4 is not cached; r3 evicts 2 (the
+	 * deeper of r2's stamp) for 5; r4 hits 1, evicts 5 for 2, and 3 is
+	 * not cached.  Hits 0+2+0+1, bypassed 3.
+	 */
+	st = run(s, "lru", 2, 0);
+	assert_int_equal(st.bypassed, 3);
+	assert_int_equal(st.hit_blocks, 3);
+	kvfs_sim_free(s);
+}
+
+/*
+ * GPU 3 + DRAM 2, lru, by hand:
+ *  r1: 1 2 3 into GPU.
+ *  r2: hits 1 2 (GPU); 4 needs room: 3 -> DRAM.  GPU 1 2 4, DRAM 3.
+ *  r3: 5 needs room: the GPU's oldest-deepest is 4 -> DRAM (DRAM 3 4).
+ *  r4: 1 2 (GPU) and 3 (DRAM) hit: 3 blocks.  3 is loaded into the GPU:
+ *      5 goes down; DRAM is full and 3 is pinned, so 4 is discarded;
+ *      then 3 moves up.  GPU 1 2 3, DRAM 5.
+ * Hits 5 (GPU 4, DRAM 1); demoted 3, admitted 3, discarded 1, loaded 1.
+ */
+static void test_hand_tiers(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_stats st = run(s, "lru", 3, 2);
+
+	assert_int_equal(st.hit_blocks, 5);
+	assert_int_equal(st.hit_tier[0], 4);
+	assert_int_equal(st.hit_tier[1], 1);
+	assert_int_equal(st.demoted, 3);
+	assert_int_equal(st.admitted[1], 3);
+	assert_int_equal(st.discarded, 1);
+	assert_int_equal(st.loaded, 1);
+	assert_int_equal(st.orphans, 0);
+	/* The DRAM hit costs a PCIe transfer, and every hit saves prefill. */
+	assert_true(st.ttft_s < st.ttft_nocache_s);
+	assert_true(st.offload_s > 0);
+	kvfs_sim_free(s);
+}
+
+static void test_bad_config(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_conf c = { .policy = "lru" };
+	struct kvfs_sim_stats st;
+
+	kvfs_sim_model_default(&c.model);
+	assert_int_equal(kvfs_sim_run(s, &c, &st), -EINVAL);
+	c.cap[0] = 4;
+	c.policy = "nope";
+	assert_int_equal(kvfs_sim_run(s, &c, &st), -ENOENT);
+	kvfs_sim_free(s);
+}
+
+/* Every line here is bad; each must be rejected, none may crash. */
+static const char *const bad_lines[] = {
+	"{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, "
+	"\"hash_ids\": [1, 2}",
+	"{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, "
+	"\"hash_ids\": [1, 2.5]}",
+	"{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}",
+	"{\"timestamp\": 0, \"input_length\": -1, \"output_length\": 1, "
+	"\"hash_ids\": [1]}",
+	"{\"timestamp\": 01, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1], \"x\": {\"a\": 1}}",
+	"{\"timestamp\": 0, \"timestamp\": 1, \"input_length\": 1, "
+	"\"output_length\": 1, \"hash_ids\": [1]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1]} x",
+	"[1, 2, 3]",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1],}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1], \"s\": \"unterminated}",
+	"{\"timestamp\": \"0\", \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [\"1\"]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [99999999999999999999]}",
+	"{\"timestamp\": 0, \"input_length\": 1e3, \"output_length\": 1, "
+	"\"hash_ids\": [1]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1], \"s\": \"bad \\q escape\"}",
+	"{\"timestamp\": -5, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1]}",
+	"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, "
+	"\"hash_ids\": [1], \"b\": tru}",
+	"{",
+	"garbage",
+};
+
+static void test_json_reject(void **state)
+{
+	static const char good[] =
+		"{\"timestamp\": 5, \"input_length\": 20, \"output_length\": 2,"
+		" \"hash_ids\": [7, -8, 9223372036854775807], \"s\": "
+		"\"a\\\"\\u0041\", \"f\": false, \"e\": [], \"n\": -0.5e-3}";
+	struct kvfs_trace t;
+	char *buf;
+	size_t len = 0, nbad = sizeof(bad_lines) / sizeof(bad_lines[0]);
+
+	for (size_t i = 0; i < nbad; i++)
+		len += strlen(bad_lines[i]) + 1 + sizeof(good);
+	buf = malloc(len + 1);
+	assert_non_null(buf);
+	buf[0] = 0;
+	/* Interleave, so a bad line never swallows the next good one. */
+	for (size_t i = 0; i < nbad; i++) {
+		strcat(buf, bad_lines[i]);
+		strcat(buf, "\n");
+		strcat(buf, good);
+		strcat(buf, "\n");
+	}
+	kvfs_trace_init(&t, KVFS_TRACE_MOONCAKE, 0);
+	assert_int_equal(kvfs_trace_parse_buf(&t, buf, strlen(buf), 1), 0);
+	assert_int_equal(t.bad_lines, nbad);
+	assert_int_equal(t.nreq, nbad);
+	assert_int_equal(t.nhash, 3 * nbad);
+	assert_int_equal(t.hash[1], -8);
+	assert_int_equal(t.hash[2], INT64_MAX);
+	assert_int_equal(t.req[0].ts_ms, 5);
+	kvfs_trace_release(&t);
+	free(buf);
+}
+
+static void test_bailian(void **state)
+{
+	static const char lines[] =
+		"{\"chat_id\": 1, \"parent_chat_id\": -1, \"timestamp\": 1.25,"
+		" \"input_length\": 40, \"output_length\": 3, \"type\": "
+		"\"text\", \"turn\": 1, \"hash_ids\": [10, 11, 12]}\n"
+		"{\"chat_id\": 2, \"parent_chat_id\": 1, \"timestamp\": 3,"
+		" \"input_length\": 40, \"output_length\": 3, \"type\": "
+		"\"image\", \"turn\": 2, \"hash_ids\": [10, 11, 13]}\n"
+		/* bailian fields are required in bailian format */
+		"{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [1]}\n"
+		"{\"chat_id\": 3, \"parent_chat_id\": -1, \"timestamp\": 5,"
+		" \"input_length\": 1, \"output_length\": 1, \"type\": 7,"
+		" \"turn\": 1, \"hash_ids\": [1]}\n";
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+
+	kvfs_trace_init(&t, KVFS_TRACE_BAILIAN, 0);
+	assert_int_equal(t.block_tokens, 16);
+	assert_int_equal(kvfs_trace_parse_buf(&t, lines, strlen(lines), 1),
+			 0);
+	assert_int_equal(t.nreq, 2);
+	assert_int_equal(t.bad_lines, 2);
+	assert_int_equal(t.req[0].ts_ms, 1250);
+	assert_int_equal(t.req[1].parent_chat_id, 1);
+	assert_int_equal(t.req[1].turn, 2);
+	assert_string_equal(t.types[t.req[0].type - 1], "text");
+	assert_string_equal(t.types[t.req[1].type - 1], "image");
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	assert_int_equal(kvfs_sim_unique_blocks(s), 4);
+	kvfs_sim_free(s);
+	kvfs_trace_release(&t);
+}
+
+/* Same id under different parents is a different block. */
+static void test_prefix_identity(void **state)
+{
+	static const char lines[] =
+		"{\"timestamp\": 0, \"input_length\": 2, \"output_length\": 1,"
+		" \"hash_ids\": [1, 2]}\n"
+		"{\"timestamp\": 1, \"input_length\": 2, \"output_length\": 1,"
+		" \"hash_ids\": [3, 2]}\n"
+		"{\"timestamp\": 2, \"input_length\": 2, \"output_length\": 1,"
+		" \"hash_ids\": [1, 2]}\n";
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+	struct kvfs_sim_conf c = { .policy = "lru", .cap = { 8, 0, 0 } };
+	struct kvfs_sim_stats st;
+
+	kvfs_trace_init(&t, KVFS_TRACE_MOONCAKE, 1);
+	assert_int_equal(kvfs_trace_parse_buf(&t, lines, strlen(lines), 1),
+			 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	assert_int_equal(kvfs_sim_unique_blocks(s), 4);
+	kvfs_sim_model_default(&c.model);
+	assert_int_equal(kvfs_sim_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 2); /* only r3 hits, both blocks */
+	kvfs_sim_free(s);
+	kvfs_trace_release(&t);
+}
+
+static void test_gen_docqa(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace a, b;
+	size_t shared = 0;
+
+	kvfs_trace_gen_defaults(&g);
+	g.docs = 20;
+	g.requests = 600;
+	assert_int_equal(kvfs_trace_gen_zipf_docqa(&g, &a), 0);
+	assert_int_equal(a.nreq, 600);
+	assert_int_equal(a.block_tokens, 16);
+	assert_int_equal(kvfs_trace_gen_zipf_docqa(&g, &b), 0);
+	assert_int_equal(a.nhash, b.nhash);
+	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
+	for (size_t i = 0; i < a.nreq; i++) {
+		const struct kvfs_trace_req *r = &a.req[i];
+
+		assert_true(r->input_len >= g.doc_min + g.q_min);
+		assert_true(r->input_len <= g.doc_max + g.q_max);
+		assert_int_equal(r->nhash, (r->input_len + 15) / 16);
+		/* Requests sharing the first block share the document. */
+		for (size_t k = 0; k < i; k++)
+			if (a.hash[a.req[k].off] == a.hash[r->off]) {
+				assert_true(a.hash[a.req[k].off + 100] ==
+					    a.hash[r->off + 100]);
+				shared++;
+				break;
+			}
+	}
+	assert_true(shared > 500); /* 20 documents, 600 requests */
+	g.doc_min = 0;
+	assert_int_equal(kvfs_trace_gen_zipf_docqa(&g, &b), -EINVAL);
+	kvfs_trace_release(&a);
+	kvfs_trace_release(&b);
+}
+
+static void test_gen_fewshot_roundtrip(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace a, b;
+	char path[] = "/tmp/kvfs-test-sim-XXXXXX";
+	int fd = mkstemp(path);
+	uint64_t subjects[64] = { 0 };
+	unsigned nsub = 0;
+
+	assert_true(fd >= 0);
+	close(fd);
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 2000;
+	assert_int_equal(kvfs_trace_gen_fewshot(&g, &a), 0);
+	assert_int_equal(a.nreq, 2000);
+	/* Distinct first blocks = subjects; never more than 57. */
+	for (size_t i = 0; i < a.nreq; i++) {
+		int64_t h = a.hash[a.req[i].off];
+		unsigned k;
+
+		for (k = 0; k < nsub; k++)
+			if (subjects[k] == (uint64_t)h)
+				break;
+		if (k == nsub) {
+			assert_true(nsub < 57);
+			subjects[nsub++] = (uint64_t)h;
+		}
+	}
+	assert_true(nsub > 40);
+	assert_int_equal(kvfs_trace_write(&a, path), 0);
+	kvfs_trace_init(&b, KVFS_TRACE_BAILIAN, 0);
+	assert_int_equal(kvfs_trace_load(&b, path), 0);
+	unlink(path);
+	assert_int_equal(b.bad_lines, 0);
+	assert_int_equal(b.nreq, a.nreq);
+	assert_int_equal(b.nhash, a.nhash);
+	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
+	for (size_t i = 0; i < a.nreq; i++) {
+		assert_int_equal(a.req[i].ts_ms, b.req[i].ts_ms);
+		assert_int_equal(a.req[i].input_len, b.req[i].input_len);
+		assert_int_equal(a.req[i].turn, b.req[i].turn);
+	}
+	assert_int_equal(kvfs_trace_load(&b, "/nonexistent/kvfs/trace"),
+			 -ENOENT);
+	kvfs_trace_release(&a);
+	kvfs_trace_release(&b);
+}
+
+/* On the few-shot stream the offline optimum beats LRU clearly: the
+ * unique question blocks are never reused.
+ */
+static void test_fewshot_gap(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+	struct kvfs_sim_conf c = { .policy = "lru" };
+	struct kvfs_sim_stats lru, bel;
+
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 3000;
+	assert_int_equal(kvfs_trace_gen_fewshot(&g, &t), 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	kvfs_sim_model_default(&c.model);
+	c.cap[0] = 600;
+	assert_int_equal(kvfs_sim_run(s, &c, &lru), 0);
+	c.policy = "belady";
+	assert_int_equal(kvfs_sim_run(s, &c, &bel), 0);
+	assert_true(bel.hit_blocks > lru.hit_blocks);
+	assert_int_equal(bel.block_accesses, t.nhash);
+	kvfs_sim_free(s);
+	kvfs_trace_release(&t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hand_single),
+		cmocka_unit_test(test_hand_tiers),
+		cmocka_unit_test(test_bad_config),
+		cmocka_unit_test(test_json_reject),
+		cmocka_unit_test(test_bailian),
+		cmocka_unit_test(test_prefix_identity),
+		cmocka_unit_test(test_gen_docqa),
+		cmocka_unit_test(test_gen_fewshot_roundtrip),
+		cmocka_unit_test(test_fewshot_gap),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
