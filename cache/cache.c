@@ -838,7 +838,8 @@ int kvfs_cache_sync(struct kvfs_cache *c, struct kvfs_block *b)
 			break;
 		}
 		if (f & KVFS_B_WBERR) {
-			rc = -EIO;
+			rc = atomic_load(&b->wb_err) ? atomic_load(&b->wb_err)
+						     : -EIO;
 			break;
 		}
 		if (!c->wb_started) {

@@ -155,8 +155,10 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 /* Drop a pending file without committing it. */
 void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p);
 
-/* Wait until @b's data and record are durable. -EIO if write-back failed,
- * -ENOENT if the block was deleted first.
+/* Wait until @b's data and record are durable. The write-back's error if
+ * it failed for good (-ENOSPC: the SSD is full of pinned or open blocks, or
+ * the metadata map is full; -EIO otherwise), -ENOENT if the block was
+ * deleted first.
  */
 int kvfs_cache_sync(struct kvfs_cache *c, struct kvfs_block *b);
 

@@ -72,6 +72,7 @@ struct kvfs_block {
 	atomic_bool counters_dirty; /* hits/last_access not yet recorded */
 	struct kvfs_block *wb_next; /* c->wb_lock */
 	unsigned wb_tries;          /* only the write-back pass touches it */
+	atomic_int wb_err;          /* -errno of a failed write-back */
 	struct kvfs_block *hnext_key, *hnext_ino; /* shard locks */
 };
 

@@ -354,8 +354,9 @@ static void wb_requeue_or_fail(struct kvfs_cache *c, struct kvfs_block *b,
 		return;
 	}
 	kvfs_err("ns %s: write-back of %s.kv failed (%s): the block stays "
-		 "in DRAM only and fsync reports EIO",
+		 "in DRAM only and fsync reports the error",
 		 b->ns->rec.name, hex, strerror(-rc));
+	atomic_store(&b->wb_err, rc);
 	atomic_fetch_or(&b->flags, KVFS_B_WBERR);
 }
 

@@ -38,4 +38,20 @@ t_check "blocks kept fit the SSD ($n <= 25)" test "$n" -le 25
 t_check "pinned block survived SSD pressure" test -e "$MNT/$NS/$first"
 t_check "every remaining block reads back intact" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 t_check "SSD use within capacity" test "$(kvfs_stat tier.ssd.used_bytes)" -le $((1024 * 1024))
+kvfs_unmount
+
+# A full disk: every SSD block pinned, so nothing can be evicted.
+rm -rf "$STORE"
+kvfs_mkfs 1M
+kvfs_conf 480K
+t_check "mount a 25-block store" kvfs_mount
+t_check "fill it durably" gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 1 --blocks 25 --shared 0 --seed 3 --fsync --quiet
+for k in $(ls "$MNT/$NS"); do setfattr -n user.kvfs.pin -v ssd "$MNT/$NS/$k"; done
+t_errno "fsync with the SSD full of pinned blocks is ENOSPC" "No space left" \
+	gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 1 --blocks 1 --shared 0 --seed 5 --fsync --quiet
+t_errno "then DRAM fills with blocks that cannot be persisted: close is ENOSPC" "No space left" \
+	gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 20 --blocks 1 --shared 0 --seed 6 --quiet
+t_check "the failure is logged" grep -q "nothing evictable" "$STORE/kvfs.log"
+t_check "every stored block is intact" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
+t_check "the daemon is still serving" test "$(kvfs_stat tier.ssd.blocks)" -eq 25
 t_done
