@@ -82,6 +82,9 @@ $(LIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# Keep objects of programs and tests: they are not throwaway intermediates.
+.SECONDARY:
+
 .SECONDEXPANSION:
 $(BUILD)/bin/%: $(BUILD)/obj/$$(basename $$(%_MAIN)).o $(LIB)
 	$(call msg,LD,$@)

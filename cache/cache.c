@@ -378,6 +378,7 @@ void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 	if (f & KVFS_B_PERSISTED) {
 		c->tier[KVFS_TIER_SSD]->ops->free(c->tier[KVFS_TIER_SSD], &sx);
 		atomic_fetch_sub(&c->tier[KVFS_TIER_SSD]->st.blocks, 1);
+		kvfs_wb_unstall(c);
 	}
 }
 
@@ -447,7 +448,9 @@ int kvfs_cache_lookup(struct kvfs_cache *c, struct kvfs_ns *ns,
 		return -EINVAL;
 	b = kvfs_index_find_key(c, key);
 	if (!b) {
+		/* In no tier at all: a miss of the last tier. */
 		atomic_fetch_add(&c->st_lookups_missing, 1);
+		atomic_fetch_add(&c->tier[KVFS_TIER_SSD]->st.misses, 1);
 		return -ENOENT;
 	}
 	if (b->ns != ns || (atomic_load(&b->flags) & KVFS_B_DELETED)) {
@@ -698,20 +701,20 @@ static int check_parent(struct kvfs_cache *c, struct kvfs_pending *p,
 		return 0; /* out-of-order writes are allowed: an orphan */
 	kvfs_fmt_key_hex(p->key, hex);
 	if (pb->ns != p->ns) {
-		kvfs_warn("ns %s: block %s rejected: its parent belongs to "
+		kvfs_warn("ns %s: block %s.kv rejected: its parent belongs to "
 			  "namespace %s", p->ns->rec.name, hex,
 			  pb->ns->rec.name);
 		goto out_reject;
 	}
 	if (pb->n_tokens != p->ns->geom.block_tokens) {
-		kvfs_warn("ns %s: block %s rejected: its parent is a partial "
+		kvfs_warn("ns %s: block %s.kv rejected: its parent is a partial "
 			  "block (%u of %u tokens) and cannot have children",
 			  p->ns->rec.name, hex, pb->n_tokens,
 			  p->ns->geom.block_tokens);
 		goto out_reject;
 	}
 	if (pb->start_pos + pb->n_tokens != h->start_pos) {
-		kvfs_warn("ns %s: block %s rejected: start_pos %" PRIu64
+		kvfs_warn("ns %s: block %s.kv rejected: start_pos %" PRIu64
 			  " does not follow its parent's (%" PRIu64 ")",
 			  p->ns->rec.name, hex, (uint64_t)h->start_pos,
 			  pb->start_pos + pb->n_tokens);
@@ -1038,9 +1041,11 @@ int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 		if (rc)
 			return rc;
 	}
-	atomic_fetch_add(&c->tier[r->in_dram ? KVFS_TIER_DRAM : KVFS_TIER_SSD]
-				  ->st.bytes_read,
-			 len);
+	/* SSD bytes are counted by the tier as they are read from the
+	 * device; here only what DRAM serves.
+	 */
+	if (r->in_dram)
+		atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.bytes_read, len);
 	*ptr = base + off;
 	*n = len;
 	return 0;
@@ -1227,6 +1232,7 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 	CS("writeback.batches", atomic_load(&c->st_wb_batches));
 	CS("writeback.blocks", atomic_load(&c->st_wb_blocks));
 	CS("writeback.errors", atomic_load(&c->st_wb_errors));
+	CS("writeback.stalled", atomic_load(&c->wb_nstalled));
 	CS("meta.counter_flushes", atomic_load(&c->st_counter_flushes));
 	CS("policy.discarded", atomic_load(&c->st_discards));
 	CS("policy.promoted", atomic_load(&c->st_promoted));

@@ -7,8 +7,9 @@
  * Lifecycle of a block:
  *   pending   created by kvfs_cache_create(), filled by kvfs_cache_write(),
  *             invisible to other lookups;
- *   committed kvfs_cache_commit() validated it and placed it in DRAM (or, if
- *             larger than the DRAM tier, straight on the SSD); immutable;
+ *   committed kvfs_cache_commit() validated it and placed it in DRAM (a
+ *             namespace whose blocks cannot fit in DRAM is refused at
+ *             open); immutable;
  *   persisted the write-back thread wrote it to the SSD data file, synced,
  *             then committed its LMDB record: it survives a crash;
  *   deleted   unlinked or evicted from the SSD; freed with its last ref.

@@ -120,6 +120,8 @@ struct kvfs_cache {
 	pthread_cond_t wb_cond;   /* work for the write-back thread */
 	pthread_cond_t wb_done;   /* a pass finished */
 	struct kvfs_block *wb_head, *wb_tail;
+	struct kvfs_block *wb_stalled; /* waiting for SSD space */
+	atomic_uint_least64_t wb_nstalled;
 	uint64_t wb_queued;       /* blocks on the queue */
 	uint64_t wb_passes;       /* finished passes */
 	uint64_t wb_inflight;     /* blocks taken by the running pass */
@@ -167,6 +169,7 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 int kvfs_wb_start(struct kvfs_cache *c);
 void kvfs_wb_stop(struct kvfs_cache *c);
 void kvfs_wb_enqueue(struct kvfs_cache *c, struct kvfs_block *b);
+void kvfs_wb_unstall(struct kvfs_cache *c);
 int kvfs_wb_pass(struct kvfs_cache *c);
 int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 		      struct kvfs_extent *e);

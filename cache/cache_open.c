@@ -179,7 +179,10 @@ static int setup_namespaces(struct kvfs_cache *c)
 				 ns->rec.name, ns->rec.id);
 			return -EUCLEAN;
 		}
-		if (!ns->max_file || ns->max_file > c->conf.dram_capacity) {
+		/* DRAM is taken in 4 KiB units. */
+		if (!ns->max_file ||
+		    kvfs_util_align_up(ns->max_file, KVFS_FMT_ALIGN) >
+			    c->conf.dram_capacity) {
 			kvfs_err("namespace %s: a full block is %" PRIu64
 				 " bytes, more than the DRAM tier's capacity "
 				 "(%" PRIu64 "); raise [tier.dram] capacity",

@@ -340,6 +340,45 @@ struct wb_item {
 	int rc;
 };
 
+/*
+ * A block the SSD has no room for (everything there pinned or open) waits
+ * on the stalled list, with fsync reporting ENOSPC meanwhile; the next
+ * extent given back puts it on the queue again.
+ */
+static void wb_stall(struct kvfs_cache *c, struct kvfs_block *b, int rc)
+{
+	kvfs_block_get_ref(b);
+	atomic_store(&b->wb_err, rc);
+	atomic_fetch_or(&b->flags, KVFS_B_WBERR);
+	pthread_mutex_lock(&c->wb_lock);
+	b->wb_next = c->wb_stalled;
+	c->wb_stalled = b;
+	atomic_fetch_add(&c->wb_nstalled, 1);
+	pthread_mutex_unlock(&c->wb_lock);
+}
+
+void kvfs_wb_unstall(struct kvfs_cache *c)
+{
+	struct kvfs_block *b, *next;
+
+	if (!atomic_load(&c->wb_nstalled))
+		return;
+	pthread_mutex_lock(&c->wb_lock);
+	b = c->wb_stalled;
+	c->wb_stalled = NULL;
+	atomic_store(&c->wb_nstalled, 0);
+	pthread_mutex_unlock(&c->wb_lock);
+	for (; b; b = next) {
+		next = b->wb_next;
+		atomic_fetch_and(&b->flags, ~(unsigned)KVFS_B_WBERR);
+		atomic_store(&b->wb_err, 0);
+		b->wb_tries = 0;
+		if (!(atomic_load(&b->flags) & KVFS_B_DELETED))
+			kvfs_wb_enqueue(c, b);
+		kvfs_cache_put(c, b);
+	}
+}
+
 static void wb_requeue_or_fail(struct kvfs_cache *c, struct kvfs_block *b,
 			       int rc, unsigned *tries)
 {
@@ -347,7 +386,13 @@ static void wb_requeue_or_fail(struct kvfs_cache *c, struct kvfs_block *b,
 
 	kvfs_fmt_key_hex(b->pn.key, hex);
 	atomic_fetch_add(&c->st_wb_errors, 1);
-	if (++*tries < WB_MAX_TRIES && rc != -ENOSPC) {
+	if (rc == -ENOSPC) {
+		kvfs_warn("ns %s: %s.kv waits in DRAM for SSD space; fsync "
+			  "reports ENOSPC until then", b->ns->rec.name, hex);
+		wb_stall(c, b, rc);
+		return;
+	}
+	if (++*tries < WB_MAX_TRIES) {
 		kvfs_warn("ns %s: write-back of %s.kv failed (%s); retrying",
 			  b->ns->rec.name, hex, strerror(-rc));
 		kvfs_wb_enqueue(c, b);
@@ -674,6 +719,18 @@ void kvfs_wb_stop(struct kvfs_cache *c)
 	while (c->wb_head)
 		if (kvfs_wb_pass(c))
 			break;
+	if (c->wb_stalled) {
+		struct kvfs_block *b = c->wb_stalled, *next;
+		size_t n = 0;
+
+		c->wb_stalled = NULL;
+		for (; b; b = next, n++) {
+			next = b->wb_next;
+			kvfs_cache_put(c, b);
+		}
+		kvfs_err("%zu committed blocks never found room on the SSD "
+			 "(all of it pinned or open) and are lost", n);
+	}
 }
 
 int kvfs_cache_writeback_now(struct kvfs_cache *c)

@@ -17,7 +17,11 @@
  *    insert/access (and refreshed at every reset).
  *  - Admission (multi-tier): a block leaving a tier enters the next one if
  *    it has room, or if the block's frequency beats that of the block it
- *    would displace there (TinyLFU's admission rule).
+ *    would displace there (TinyLFU's admission rule), or if it has
+ *    resident children (dropping it would make them unreachable).
+ *  - In the last tier a victim is discarded, so there a leaf whose own
+ *    children live in no other tier is preferred; a block with children
+ *    elsewhere goes only if no other candidate passes the caller's filter.
  *  - Promotion: none (hits are loaded on demand by the mover).
  *
  * Options: "sample" (increments between resets, 0 = 10 x capacity),
@@ -286,12 +290,13 @@ static void plfu_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	struct plfu_priv *f = p->priv;
 	struct kvfs_pnode *par = n->parent;
 
-	/* A block that enters a tier without an access this request (a
-	 * miss being filled) counts as accessed; a demoted or promoted block
-	 * was counted when it was touched.
+	/* A block that enters the cache (resident nowhere else: a miss being
+	 * filled, a new write) is being accessed; a block moving between
+	 * tiers is inserted before it is removed (two tiers now) and was
+	 * counted when it was touched.
 	 */
 	n->t[tier].prio = (double)kvfs_pclock_stamp(&f->clock, a);
-	if (a && !a->hit && n->tiers == (1u << tier))
+	if (n->tiers == (1u << tier))
 		sk_add(f, n->key);
 	if (par && (par->tiers & (1u << tier)) && par->children[tier] == 1)
 		h_del(&f->h[tier], par, tier);
@@ -329,30 +334,35 @@ static void plfu_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 		h_add(f, tier, par);
 }
 
-/* The best leaf passing @ok: best-first walk of the heap, as in belady. */
-static struct kvfs_pnode *plfu_victim(struct kvfs_policy *p, int tier,
-				      kvfs_policy_ok_fn ok, void *arg)
+static bool has_children(const struct kvfs_pnode *n)
 {
-	struct plfu_priv *f = p->priv;
-	struct plfu_heap *h = &f->h[tier];
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		if (n->children[t])
+			return true;
+	return false;
+}
+
+/* The best heap entry passing @ok (and, with @strict, childless in every
+ * tier).  Filtered entries are few (the blocks of the request in flight):
+ * the heap is walked depth-first, pruning subtrees that cannot beat the
+ * best passing entry found so far.
+ */
+static struct kvfs_pnode *plfu_find(struct plfu_heap *h, kvfs_policy_ok_fn ok,
+				    void *arg, bool strict)
+{
 	size_t stack[64], sp = 0;
 	struct plfu_ent *best = NULL;
 
 	if (!h->n)
 		return NULL;
-	if (ok(h->a[0].node, arg))
-		return h->a[0].node;
-	/* Filtered leaves are the blocks of the request in flight: few.
-	 * Scan the heap's top levels depth-first, pruning subtrees that
-	 * cannot beat the best passing entry found so far.
-	 */
 	stack[sp++] = 0;
 	while (sp) {
 		size_t i = stack[--sp];
 
 		if (best && !ent_before(&h->a[i], best))
 			continue;
-		if (ok(h->a[i].node, arg)) {
+		if ((!strict || !has_children(h->a[i].node)) &&
+		    ok(h->a[i].node, arg)) {
 			best = &h->a[i];
 			continue;
 		}
@@ -362,14 +372,31 @@ static struct kvfs_pnode *plfu_victim(struct kvfs_policy *p, int tier,
 			stack[sp++] = c;
 		}
 	}
-	if (best)
-		return best->node;
+	return best ? best->node : NULL;
+
 out_scan:
 	for (size_t i = 0; i < h->n; i++)
-		if (ok(h->a[i].node, arg) &&
+		if ((!strict || !has_children(h->a[i].node)) &&
+		    ok(h->a[i].node, arg) &&
 		    (!best || ent_before(&h->a[i], best)))
 			best = &h->a[i];
 	return best ? best->node : NULL;
+}
+
+static struct kvfs_pnode *plfu_victim(struct kvfs_policy *p, int tier,
+				      kvfs_policy_ok_fn ok, void *arg)
+{
+	struct plfu_priv *f = p->priv;
+	struct plfu_heap *h = &f->h[tier];
+	struct kvfs_pnode *v = NULL;
+	bool last = true;
+
+	for (int t = tier + 1; t < KVFS_NTIERS; t++)
+		if (p->capacity[t])
+			last = false;
+	if (last)
+		v = plfu_find(h, ok, arg, true);
+	return v ? v : plfu_find(h, ok, arg, false);
 }
 
 static bool plfu_admit(struct kvfs_policy *p, int from, int to,
@@ -378,7 +405,8 @@ static bool plfu_admit(struct kvfs_policy *p, int from, int to,
 	struct plfu_priv *f = p->priv;
 	struct plfu_heap *h = &f->h[to];
 
-	if (p->used[to] + n->size <= p->capacity[to] || !h->n)
+	if (p->used[to] + n->size <= p->capacity[to] || !h->n ||
+	    has_children(n))
 		return true;
 	return sk_get(f, n->key) > h->a[0].freq;
 }

@@ -344,7 +344,11 @@ static void sim_discard(struct run *r, struct kvfs_pnode *v);
 
 static int make_room(struct run *r, int tier, uint64_t size);
 
-/* @v has left @from (it is in no tier now): admission down, or gone. */
+/*
+ * @v is leaving @from (still resident there: moves copy first and drop
+ * after, so a policy sees a move as a block in two tiers): admission into
+ * a tier below, or gone.
+ */
 static void sim_sink(struct run *r, struct kvfs_pnode *v, int from)
 {
 	if (r->below[from] >= 0)
@@ -358,10 +362,15 @@ static void sim_sink(struct run *r, struct kvfs_pnode *v, int from)
 			r->st->refused++;
 			continue;
 		}
-		/* Making room may have dropped the parent's last copy. */
+		/* Making room may have dropped an ancestor's last copy,
+		 * and @v with it.
+		 */
+		if (!(v->tiers & (1u << from)))
+			return;
 		if (v->parent && !v->parent->tiers)
 			break;
 		sim_insert(r, u, v);
+		kvfs_policy_remove(r->p, from, v);
 		r->st->admitted[u]++;
 		r->st->offload_s += move_s(r, u, v->tokens);
 		return;
@@ -371,7 +380,6 @@ static void sim_sink(struct run *r, struct kvfs_pnode *v, int from)
 
 static void sim_evict(struct run *r, struct kvfs_pnode *v, int tier)
 {
-	kvfs_policy_remove(r->p, tier, v);
 	sim_sink(r, v, tier);
 }
 
@@ -400,7 +408,7 @@ static int make_room(struct run *r, int tier, uint64_t size)
 	return 0;
 }
 
-/* @v is in no tier: it and every resident descendant are gone. */
+/* @v and every resident descendant leave the cache. */
 static void sim_discard(struct run *r, struct kvfs_pnode *v)
 {
 	struct kvfs_sim *s = r->s;
@@ -449,8 +457,8 @@ static void sim_promote(struct run *r, struct kvfs_pmove *plan)
 				   !(n->tiers & (1u << up)) &&
 				   p->used[up] + n->size <= p->capacity[up] &&
 				   (!n->parent || n->parent->tiers)) {
-				kvfs_policy_remove(p, lo, n);
 				sim_insert(r, up, n);
+				kvfs_policy_remove(p, lo, n);
 				r->st->promoted++;
 				r->st->load_s += move_s(r, lo, n->tokens);
 			} else {
@@ -520,8 +528,8 @@ static void sim_request(struct run *r, size_t i, struct kvfs_pnode **P)
 
 		if (t == r->top || make_room(r, r->top, P[j]->size))
 			continue;
-		kvfs_policy_remove(p, t, P[j]);
 		sim_insert(r, r->top, P[j]);
+		kvfs_policy_remove(p, t, P[j]);
 		r->st->loaded++;
 	}
 	r->a.hit = false;

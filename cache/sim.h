@@ -13,6 +13,9 @@
  *    The resident part of the path is then accessed, lower-tier hits are
  *    loaded into the top tier (tiers are exclusive: a load moves the
  *    block), and the missing blocks are inserted into the top tier.
+ *    Every move inserts into the new tier before it removes from the old
+ *    one, so a policy can tell a move (the block is in two tiers during
+ *    insert) from a miss being filled (in one).
  *    Blocks of the request in flight are pinned (never victims); a block
  *    that cannot get room is not cached, nor is the rest of the path.
  *  - A victim leaves its tier and goes to the next present tier down if

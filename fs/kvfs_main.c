@@ -120,6 +120,7 @@ static int run(const struct opts *o, int report_fd)
 	struct kvfs_fs fs = { .entry_timeout = 1.0, .attr_timeout = 1.0 };
 	char path[PATH_MAX], logpath[PATH_MAX] = "/dev/null";
 	char msg[PATH_MAX + 512];
+	bool mounted = false;
 	int rc;
 
 	if (o->config)
@@ -134,7 +135,9 @@ static int run(const struct opts *o, int report_fd)
 		goto out_notify;
 	}
 	kvfs_log_set_level(o->debug ? KVFS_LOG_DEBUG : conf.log_level);
-	if (!o->foreground) {
+	snprintf(path, sizeof(path), "%s/meta", o->store);
+	/* Not a store: say so on the terminal, leave no log file behind. */
+	if (!o->foreground && access(path, F_OK) == 0) {
 		if (conf.log_file[0])
 			snprintf(path, sizeof(path), "%s", conf.log_file);
 		else
@@ -179,14 +182,15 @@ static int run(const struct opts *o, int report_fd)
 		goto out_destroy;
 	}
 	if (fuse_session_mount(se, o->mnt)) {
-		snprintf(msg, sizeof(msg), "cannot mount on %s (is /dev/fuse "
-			 "usable, and the directory empty?)", o->mnt);
+		snprintf(msg, sizeof(msg), "cannot mount on %s (does it exist, "
+			 "and is /dev/fuse usable?)", o->mnt);
 		rc = -EIO;
 		goto out_signals;
 	}
 	kvfs_info("mounted %s on %s (%zu namespaces, policy %s)", o->store,
 		  o->mnt, kvfs_cache_ns_count(c), conf.policy);
 	write_pidfile(o->store);
+	mounted = true;
 	notify(report_fd, "");
 	report_fd = -1;
 	if (!o->foreground) {
@@ -220,9 +224,15 @@ out_destroy:
 	fuse_session_destroy(se);
 out_free_cache:
 	fuse_opt_free_args(&args);
+	if (mounted) {
+		/* The pid file is ours while we hold the store. */
+		snprintf(path, sizeof(path), "%s/kvfs.pid", o->store);
+		unlink(path);
+	}
 	/* Persists every committed block before returning. */
 	kvfs_cache_free(c);
-	kvfs_info("unmounted %s", o->mnt);
+	if (mounted)
+		kvfs_info("unmounted %s", o->mnt);
 out_notify:
 	if (rc && report_fd >= 0) {
 		kvfs_err("%s", msg);

@@ -406,6 +406,42 @@ static bool all_zero(const uint8_t *p, uint64_t len)
 	return p[0] == 0 && !memcmp(p, p + 1, len - 1);
 }
 
+/*
+ * The rows past n_tokens in each layer's last chunk are padding: they must
+ * be zero, or two files of the same block could differ and a sparse reader
+ * would see garbage past the prefix.
+ */
+static bool tail_rows(const struct kvfs_geom *g, uint16_t kind,
+		      uint32_t n_tokens, uint8_t *pay, bool clear)
+{
+	uint32_t c = g->chunk_tokens, used = n_tokens % c;
+	uint64_t row, chunk, layer, nchunks;
+	size_t elt = kvfs_fmt_dtype_size(g->dtype);
+	int parts = kind == KVFS_KIND_HIDDEN ? 1 : 2;
+
+	if (!used)
+		return true;
+	row = kind == KVFS_KIND_HIDDEN ?
+		      (uint64_t)g->hidden_size * elt :
+		      (uint64_t)g->n_kv_heads * g->head_dim * elt;
+	nchunks = (n_tokens + c - 1) / c;
+	chunk = (uint64_t)parts * c * row;
+	layer = nchunks * chunk;
+	for (uint32_t l = 0; l < g->n_layers; l++) {
+		uint8_t *last = pay + l * layer + (nchunks - 1) * chunk;
+
+		for (int k = 0; k < parts; k++) {
+			uint8_t *t = last + k * c * row + used * row;
+
+			if (clear)
+				memset(t, 0, (c - used) * row);
+			else if (!all_zero(t, (c - used) * row))
+				return false;
+		}
+	}
+	return true;
+}
+
 enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 				    const struct kvfs_geom *g,
 				    const uint8_t *name_key,
@@ -454,7 +490,8 @@ enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 	pay_off = kvfs_fmt_payload_off(h.n_tokens);
 	if (h.zero || !all_zero(p + HDR_ENC_SIZE,
 				KVFS_FMT_HDR_SIZE - HDR_ENC_SIZE) ||
-	    !all_zero(p + tok_end, pay_off - tok_end))
+	    !all_zero(p + tok_end, pay_off - tok_end) ||
+	    !tail_rows(g, h.kind, h.n_tokens, (uint8_t *)p + pay_off, false))
 		return KVFS_FMT_EPAD;
 	if (!(flags & KVFS_FMT_SKIP_PAYLOAD_CRC) &&
 	    kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
@@ -537,6 +574,8 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 		put32(p + KVFS_FMT_HDR_SIZE + 4 * (uint64_t)i, tokens[i]);
 	if (payload)
 		memmove(p + pay_off, payload, size - pay_off);
+	/* Rows past the last token are padding, always zero. */
+	tail_rows(g, kind, n, p + pay_off, true);
 
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, KVFS_FMT_MAGIC, 8);

@@ -189,6 +189,48 @@ static int dir_has_entries(const char *dir)
  * subdirectory inside it is not something mkfs made, so it is left alone
  * and the removal fails rather than deleting what we do not understand.
  */
+/*
+ * --force removes only what kvfs made: a meta/ directory holding LMDB's
+ * own files. Anything else there means it is not ours, so nothing at all
+ * is removed (checked before the first unlink, never half-way).
+ */
+static int meta_dir_check(const char *meta_dir)
+{
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+	int rc = 0;
+
+	if (lstat(meta_dir, &st))
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		goto out_foreign;
+	d = opendir(meta_dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (strcmp(de->d_name, "data.mdb") &&
+		    strcmp(de->d_name, "lock.mdb")) {
+			rc = -ENOTEMPTY;
+			break;
+		}
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode)) {
+			rc = -ENOTEMPTY;
+			break;
+		}
+	}
+	closedir(d);
+	if (!rc)
+		return 0;
+out_foreign:
+	kvfs_err("store: %s holds files kvfs did not make: not removing "
+		 "anything", meta_dir);
+	return -ENOTEMPTY;
+}
+
 static int meta_dir_remove(const char *meta_dir)
 {
 	struct dirent *de;
@@ -251,6 +293,9 @@ static int old_store_remove(const char *meta_dir, const char *data_path)
 {
 	int fd, rc;
 
+	rc = meta_dir_check(meta_dir);
+	if (rc)
+		return rc;
 	fd = open(data_path, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		rc = data_lock(fd, data_path);

@@ -11,6 +11,7 @@
  *   read    open + read() + close of a block (optionally after dropping its
  *           page cache), from a kvfs directory and from a baseline one
  *   mmap    open + mmap + copy-out + munmap + close of a cached block
+ *   open    open + close alone: the fixed cost per block
  *   extents block name -> SSD extent, from an unmounted store's metadata
  *   ssd     cold reads of SSD-only blocks against O_DIRECT reads of the
  *           extents of other blocks in the data file
@@ -44,9 +45,16 @@
 #define DRAIN_POLL_NS 2000000L /* 2 ms between write-back queue polls */
 #define DRAIN_MAX_POLLS 15000u /* 30 s */
 
+enum rw_mode {
+	RW_READ = 1 << 0,
+	RW_MMAP = 1 << 1,
+	RW_OPEN = 1 << 2,
+};
+
 enum bench_flags {
 	BF_DROP = 1 << 0, /* drop the file's page cache before each sample */
 	BF_HOLD = 1 << 1, /* open once, outside the timed region */
+	BF_DIRECT = 1 << 2, /* open the kvfs file with O_DIRECT */
 };
 
 struct opts {
@@ -215,14 +223,14 @@ static int read_all(int fd, uint8_t *buf, size_t size, size_t bs)
 }
 
 /* One timed open + read + close (or just read at offset 0 of @held_fd). */
-static int time_read(const char *path, int held_fd, uint8_t *buf,
-		     size_t size, size_t bs, double *secs)
+static int time_read(const char *path, int held_fd, int oflags,
+		     uint8_t *buf, size_t size, size_t bs, double *secs)
 {
 	double t0 = now_s();
 	int fd = held_fd, rc;
 
 	if (fd < 0) {
-		fd = open(path, O_RDONLY);
+		fd = open(path, O_RDONLY | oflags);
 		if (fd < 0)
 			return -errno;
 	} else if (lseek(fd, 0, SEEK_SET) < 0) {
@@ -233,6 +241,19 @@ static int time_read(const char *path, int held_fd, uint8_t *buf,
 		close(fd);
 	*secs = now_s() - t0;
 	return rc;
+}
+
+/* One timed open + close: the per-file cost every read figure pays. */
+static int time_open(const char *path, double *secs)
+{
+	double t0 = now_s();
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	*secs = now_s() - t0;
+	return 0;
 }
 
 /* One timed open + mmap + copy-out + munmap + close. */
@@ -273,13 +294,14 @@ static int time_mmap(const char *path, int held_fd, uint8_t *buf,
  * working set beyond the last-level cache, as when an engine loads a long
  * prefix; a single name measures one cache-hot block.
  */
-static int cmd_rw(const struct opts *o, bool use_mmap, const char *kdir,
+static int cmd_rw(const struct opts *o, enum rw_mode mode, const char *kdir,
 		  const char *bdir, int n, char **names)
 {
 	struct samples *k = calloc(1, sizeof(*k)), *b = calloc(1, sizeof(*b));
 	const char *dir[2] = { kdir, bdir };
 	char (*path)[2][4096] = calloc((size_t)n, sizeof(*path));
 	int (*held)[2] = calloc((size_t)n, sizeof(*held));
+	int oflags = (o->flags & BF_DIRECT) ? O_DIRECT : 0;
 	size_t size = 0, s = 0;
 	long left_warm = 0;
 	uint8_t *buf = NULL;
@@ -315,7 +337,8 @@ static int cmd_rw(const struct opts *o, bool use_mmap, const char *kdir,
 			double t;
 
 			if (o->flags & BF_HOLD) {
-				held[i][j] = open(path[i][j], O_RDONLY);
+				held[i][j] = open(path[i][j],
+						  O_RDONLY | (j ? 0 : oflags));
 				if (held[i][j] < 0) {
 					rc = -errno;
 					fprintf(stderr, "bench_io: %s: %s\n",
@@ -324,7 +347,8 @@ static int cmd_rw(const struct opts *o, bool use_mmap, const char *kdir,
 				}
 			}
 			/* Warm-up: page cache, buffer and code paths. */
-			rc = time_read(path[i][j], -1, buf, size, o->bs, &t);
+			rc = time_read(path[i][j], -1, j ? 0 : oflags, buf,
+				       size, o->bs, &t);
 			if (rc) {
 				fprintf(stderr, "bench_io: read %s: %s\n",
 					path[i][j], strerror(-rc));
@@ -344,24 +368,29 @@ static int cmd_rw(const struct opts *o, bool use_mmap, const char *kdir,
 				if (j == 0 && left > 0)
 					left_warm++;
 			}
-			if (use_mmap)
+			if (mode == RW_MMAP)
 				rc = time_mmap(path[i][j], held[i][j], buf,
 					       size, &t);
+			else if (mode == RW_OPEN)
+				rc = time_open(path[i][j], &t);
 			else
-				rc = time_read(path[i][j], held[i][j], buf,
-					       size, o->bs, &t);
+				rc = time_read(path[i][j], held[i][j],
+					       j ? 0 : oflags, buf, size,
+					       o->bs, &t);
 			if (rc) {
 				fprintf(stderr, "bench_io: %s: %s\n",
 					path[i][j], strerror(-rc));
 				goto out_close;
 			}
-			add(j ? b : k, (double)size / t / 1e9);
+			add(j ? b : k, mode == RW_OPEN
+					       ? 1 / t
+					       : (double)size / t / 1e9);
 		}
 	}
 	if (left_warm)
 		printf("    note: %ld of %u drops left pages of the kvfs file "
 		       "resident\n", left_warm, o->iters);
-	report(o, "GB/s", k, b);
+	report(o, mode == RW_OPEN ? "opens/s" : "GB/s", k, b);
 	rc = 0;
 out_close:
 	for (int i = 0; i < n; i++)
@@ -534,7 +563,9 @@ static int cmd_ssd(const struct opts *o)
 			skipped++;
 			continue;
 		}
-		rc = time_read(path, -1, buf, size, o->bs ? o->bs : size, &t);
+		rc = time_read(path, -1,
+			       (o->flags & BF_DIRECT) ? O_DIRECT : 0, buf,
+			       size, o->bs ? o->bs : size, &t);
 		if (rc) {
 			fprintf(stderr, "bench_io: %s: %s\n", path,
 				strerror(-rc));
@@ -733,10 +764,11 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage:\n"
-		"  bench_io read   [--drop] [--hold] [--bs SIZE] KVFS_DIR BASE_DIR NAME...\n"
+		"  bench_io read   [--drop] [--hold] [--direct] [--bs SIZE] KVFS_DIR BASE_DIR NAME...\n"
 		"  bench_io mmap   [--hold] KVFS_DIR BASE_DIR NAME...\n"
+		"  bench_io open   KVFS_DIR BASE_DIR NAME...   (open + close)\n"
 		"  bench_io extents STORE FILE...   (store unmounted)\n"
-		"  bench_io ssd    --dir DIR --map MAPFILE --data DATAFILE [--bs SIZE]\n"
+		"  bench_io ssd    --dir DIR --map MAPFILE --data DATAFILE [--direct] [--bs SIZE]\n"
 		"  bench_io create [--stats MNT/.kvfs/stats] SRC_DIR KVFS_DIR BASE_DIR\n"
 		"common: --iters N (samples, or repetitions for create),\n"
 		"  --label L, --target T, --summary FILE (appends\n"
@@ -751,6 +783,7 @@ int main(int argc, char **argv)
 		{ "bs", required_argument, NULL, 'b' },
 		{ "drop", no_argument, NULL, 'D' },
 		{ "hold", no_argument, NULL, 'H' },
+		{ "direct", no_argument, NULL, 'O' },
 		{ "label", required_argument, NULL, 'l' },
 		{ "summary", required_argument, NULL, 's' },
 		{ "target", required_argument, NULL, 't' },
@@ -803,6 +836,9 @@ int main(int argc, char **argv)
 		case 'H':
 			o.flags |= BF_HOLD;
 			break;
+		case 'O':
+			o.flags |= BF_DIRECT;
+			break;
 		case 'l':
 			o.label = optarg;
 			break;
@@ -847,9 +883,11 @@ int main(int argc, char **argv)
 	if (!o.bs)
 		o.bs = SIZE_MAX;
 	if (!strcmp(cmd, "read") && argc >= 3) {
-		rc = cmd_rw(&o, false, argv[0], argv[1], argc - 2, argv + 2);
+		rc = cmd_rw(&o, RW_READ, argv[0], argv[1], argc - 2, argv + 2);
 	} else if (!strcmp(cmd, "mmap") && argc >= 3) {
-		rc = cmd_rw(&o, true, argv[0], argv[1], argc - 2, argv + 2);
+		rc = cmd_rw(&o, RW_MMAP, argv[0], argv[1], argc - 2, argv + 2);
+	} else if (!strcmp(cmd, "open") && argc >= 3) {
+		rc = cmd_rw(&o, RW_OPEN, argv[0], argv[1], argc - 2, argv + 2);
 	} else if (!strcmp(cmd, "extents") && argc >= 1) {
 		rc = cmd_extents(argv[0], argc - 1, argv + 1);
 	} else if (!strcmp(cmd, "ssd") && argc == 0) {

@@ -2,14 +2,21 @@
 # kvfs benchmarks (`make bench`): figures only, nothing is asserted.
 #
 # Every figure is a ratio against a baseline measured in the same run, by
-# the same program (BUILD/bench/bench_io), alternating kvfs and baseline
-# samples; each figure is the median of its samples. docs/benchmarks.md
-# explains what each one measures and records results.
+# the same program (BUILD/bench/bench_io), alternating one kvfs sample and
+# one baseline sample; each figure is the median of its samples.
+# docs/benchmarks.md explains what each one measures and records results.
 #
-# Environment: BUILD (default build), BENCH_TMP (where the store goes,
-# default /tmp; it should be a real disk, not tmpfs), BENCH_ITERS (samples
-# per read figure, default 48), BENCH_SSD_ITERS (default 12),
-# BENCH_CREATE_REPS (default 7), BENCH_CREATE_BLOCKS (default 16).
+# Environment:
+#   BUILD                build directory (default build)
+#   BENCH_TMP            where the store goes (default /tmp); a real disk,
+#                        not tmpfs
+#   BENCH_ITERS          samples per DRAM figure (default 96)
+#   BENCH_SSD_ITERS      samples per SSD figure (default 20)
+#   BENCH_CREATE_REPS    repetitions of the create figure (default 15)
+#   BENCH_CREATE_BLOCKS  blocks created per repetition (default 16)
+#   BENCH_READ_AHEAD_KB  sets the mount's read_ahead_kb (default: leave the
+#                        kernel's 128, which caps FUSE read-ahead requests
+#                        at 128 KiB)
 set -u
 export LC_ALL=C
 cd "$(dirname "$0")/../.."
@@ -21,12 +28,12 @@ case "$BUILD" in
 esac
 BIN=$BDIR/bin
 BIO=$BDIR/bench/bench_io
-ITERS=${BENCH_ITERS:-48}
-SSD_ITERS=${BENCH_SSD_ITERS:-12}
-CREATE_REPS=${BENCH_CREATE_REPS:-7}
+ITERS=${BENCH_ITERS:-96}
+SSD_ITERS=${BENCH_SSD_ITERS:-20}
+CREATE_REPS=${BENCH_CREATE_REPS:-15}
 CREATE_BLOCKS=${BENCH_CREATE_BLOCKS:-16}
-# Blocks rotated through by the read figures: 16 x 2 MiB is beyond a
-# typical last-level cache, as when an engine loads a long prefix.
+# Blocks the DRAM figures rotate through: 16 x 2 MiB is beyond a typical
+# last-level cache, as when an engine loads a long prefix.
 READ_SET=16
 
 for p in "$BIN/mkfs.kvfs" "$BIN/kvfs" "$BIN/kvfs-gen" "$BIO"; do
@@ -37,12 +44,16 @@ for p in "$BIN/mkfs.kvfs" "$BIN/kvfs" "$BIN/kvfs-gen" "$BIO"; do
 done
 
 WORK=$(mktemp -d "${BENCH_TMP:-/tmp}/kvfs-bench.XXXXXX") || exit 1
-SHM=$(mktemp -d /dev/shm/kvfs-bench.XXXXXX) || { rm -rf "$WORK"; exit 1; }
+SHM=$(mktemp -d /dev/shm/kvfs-bench.XXXXXX) || {
+	rm -rf "$WORK"
+	exit 1
+}
 STORE=$WORK/store
 MNT=$WORK/mnt
 NS=m
 SUMMARY=$WORK/summary
 KVFS_PID=
+RA_KB=?
 mkdir -p "$MNT" "$SHM/read" "$SHM/src" "$SHM/create"
 : >"$SUMMARY"
 
@@ -58,7 +69,7 @@ unmount() {
 		fusermount3 -u -z "$MNT" 2>/dev/null
 	fi
 	if [ -n "$KVFS_PID" ]; then
-		# The store is free (all blocks persisted) once the daemon
+		# The store is free (every block persisted) once the daemon
 		# has exited, not when fusermount3 returns.
 		timeout 60 tail --pid="$KVFS_PID" -f /dev/null
 		KVFS_PID=
@@ -79,44 +90,65 @@ die() {
 }
 
 mount_kvfs() {
+	local bdi
+
 	"$BIN/kvfs" "$STORE" "$MNT" || die "mount failed"
 	KVFS_PID=$(cat "$STORE/kvfs.pid")
+	bdi=/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb
+	if [ -n "${BENCH_READ_AHEAD_KB:-}" ]; then
+		echo "$BENCH_READ_AHEAD_KB" >"$bdi" ||
+			echo "  (could not set $bdi)"
+	fi
+	RA_KB=$(cat "$bdi" 2>/dev/null || echo "?")
+}
+
+tier_of() {
+	getfattr --absolute-names --only-values -n user.kvfs.tier "$1" 2>/dev/null
 }
 
 # figure TITLE CMD...: print the title and the command, then run it.
 figure() {
-	local title=$1
+	local title=$1 cmd= a
 	shift
-	local cmd="$*"
-
+	for a in "$@"; do
+		case "$a" in
+		*' '*) cmd+=" '$a'" ;;
+		*) cmd+=" $a" ;;
+		esac
+	done
 	# Readable: the temp dirs by name, the block list by count.
-	cmd=${cmd//"$NAMES_STR"/"<${#NAMES[@]} block names>"}
+	cmd=${cmd//" $NAMES_STR"/" <${#NAMES[@]} block names>"}
 	cmd=${cmd//"$WORK"/"\$WORK"}
 	cmd=${cmd//"$SHM"/"\$SHM"}
 	cmd=${cmd//"$BDIR"/"\$BUILD"}
-	printf '\n%s\n  $ %s\n' "$title" "$cmd"
+	printf '\n%s\n  $%s\n' "$title" "$cmd"
 	"$@" --summary "$SUMMARY" || echo "    (no figure: the command failed)"
 }
 
 # --- the machine --------------------------------------------------------
 tmpdev=$(df --output=source "$WORK" | tail -n1)
-tmpfstype=$(findmnt -no FSTYPE -T "$WORK" 2>/dev/null || stat -f -c %T "$WORK")
+tmpfstype=$(findmnt -no FSTYPE -T "$WORK" 2>/dev/null ||
+	stat -f -c %T "$WORK")
 blk=$(basename "$tmpdev")
 disk=unknown
 if [ -e "/sys/class/block/$blk" ]; then
-	d=$(basename "$(readlink -f "/sys/class/block/$blk/..")")
-	[ -e "/sys/block/$blk" ] && d=$blk
+	d=$blk
+	[ -e "/sys/block/$d" ] ||
+		d=$(basename "$(readlink -f "/sys/class/block/$blk/..")")
 	rot=$(cat "/sys/block/$d/queue/rotational" 2>/dev/null)
-	model=$(cat "/sys/block/$d/device/model" 2>/dev/null | tr -s ' ')
+	model=$(tr -s ' ' 2>/dev/null <"/sys/block/$d/device/model")
 	case "$d" in
-	vd*) disk="virtio-blk ($d)" ;;
-	nvme*) disk="NVMe ($d${model:+, $model})" ;;
-	*) disk="$d${model:+ ($model)}, rotational=$rot" ;;
+	vd*) disk="virtio-blk $d" ;;
+	nvme*) disk="NVMe $d${model:+, $model}" ;;
+	*) disk="$d${model:+, $model}, rotational=$rot" ;;
 	esac
 fi
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+mem=$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)
 echo "kvfs benchmarks  $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "  machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), kernel $(uname -r), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM"
-echo "  \$WORK:   $WORK on $tmpdev ($tmpfstype, $disk); baseline files in \$SHM = $SHM (tmpfs)"
+echo "  machine: $(nproc) CPUs ($cpu), kernel $(uname -r), $mem RAM"
+echo "  \$WORK:   $WORK on $tmpdev ($tmpfstype, $disk)"
+echo "  \$SHM:    $SHM (tmpfs: the baseline files)"
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at start"
 [ "$tmpfstype" = tmpfs ] &&
 	echo "  WARNING: the store is on tmpfs; set BENCH_TMP to a disk"
@@ -142,72 +174,91 @@ block_tokens = 16
 chunk_tokens = 16
 EOF
 mount_kvfs
-# 3 chains of 8 blocks: 24 blocks, all DRAM-resident (and written back).
-"$BIN/kvfs-gen" write "$MNT/$NS" "${GEOM[@]}" --prefixes 3 --blocks 8 \
-	--shared 0 --quiet || die "kvfs-gen write failed"
+# Chains of 8 blocks, DRAM-resident (and written back): the read set, and
+# after the remount two unread blocks per sample of each SSD figure.
+chains=$(((4 * SSD_ITERS + 7) / 8))
+[ "$chains" -ge $(((READ_SET + 7) / 8)) ] || chains=$(((READ_SET + 7) / 8))
+"$BIN/kvfs-gen" write "$MNT/$NS" "${GEOM[@]}" --prefixes "$chains" \
+	--blocks 8 --shared 0 --quiet || die "kvfs-gen write failed"
 mapfile -t ALL < <(ls "$MNT/$NS")
-[ "${#ALL[@]}" -ge $((2 * SSD_ITERS)) ] || die "only ${#ALL[@]} blocks"
 NAMES=("${ALL[@]:0:READ_SET}")
 NAMES_STR="${NAMES[*]}"
 for n in "${NAMES[@]}"; do
 	cp "$MNT/$NS/$n" "$SHM/read/$n" || die "cp $n failed"
 done
 size=$(stat -c %s "$MNT/$NS/${NAMES[0]}")
-tier=$(getfattr --absolute-names --only-values -n user.kvfs.tier "$MNT/$NS/${NAMES[0]}")
-echo "  blocks:  $size bytes each; ${#NAMES[@]} rotated through for reads; tier $tier"
+echo "  blocks:  ${#ALL[@]} of $size bytes; the DRAM figures rotate through ${#NAMES[@]}"
+echo "  mount:   tier of ${NAMES[0]}: $(tier_of "$MNT/$NS/${NAMES[0]}"); read_ahead_kb $RA_KB"
+
+# --- 0. the fixed cost of a file through FUSE ----------------------------
+figure "[0] open + close of a block (diagnostic: the per-file cost inside the read figures)" \
+	"$BIO" open --iters "$ITERS" --names kvfs,tmpfs \
+	--label "[0] open + close" \
+	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 
 # --- 1. read() of DRAM-resident blocks -----------------------------------
-figure "[1a] read() of a DRAM block, first read through FUSE (page cache dropped with POSIX_FADV_DONTNEED before each sample)" \
+figure "[1a] read() of a DRAM block, first read through FUSE (page cache dropped with POSIX_FADV_DONTNEED before each sample, untimed)" \
 	"$BIO" read --drop --iters "$ITERS" --names kvfs,tmpfs \
-	--label "read() first read (DRAM tier)" --target 0.50 \
+	--label "[1a] read() first read" --target 0.50 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 figure "[1b] read() of a DRAM block, page-cache re-read (open + read + close)" \
 	"$BIO" read --iters "$ITERS" --names kvfs,tmpfs \
-	--label "read() page-cache re-read" --target 0.50 \
+	--label "[1b] read() page-cache re-read" --target 0.50 \
+	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
+figure "[1c] read() of a DRAM block opened with O_DIRECT (no page cache: one copy, daemon to reader)" \
+	"$BIO" read --direct --iters "$ITERS" --names kvfs,tmpfs \
+	--label "[1c] read() O_DIRECT" --target 0.50 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 
 # --- 2. mmap re-read -----------------------------------------------------
 figure "[2a] mmap re-read (open + mmap + copy out + munmap + close, pages cached)" \
 	"$BIO" mmap --iters "$ITERS" --names kvfs,tmpfs \
-	--label "mmap re-read (with open/close)" --target 0.90 \
+	--label "[2a] mmap re-read" --target 0.90 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 figure "[2b] mmap re-read, file kept open (mmap + copy out + munmap)" \
 	"$BIO" mmap --hold --iters "$ITERS" --names kvfs,tmpfs \
-	--label "mmap re-read (fd held open)" --target 0.90 \
+	--label "[2b] mmap re-read, fd held" --target 0.90 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 
-# --- 4. creates (before the remount: DRAM has room) ------------------------
+# --- 3. SSD-resident blocks ----------------------------------------------
+# After a remount every block is on the SSD only and the page cache of the
+# mount is empty; the extents come from the metadata while unmounted.
+unmount
+"$BIO" extents "$STORE" "${ALL[@]}" >"$WORK/extents" ||
+	die "could not read the extents"
+half=$(($(wc -l <"$WORK/extents") / 2))
+head -n "$half" "$WORK/extents" >"$WORK/extents.a"
+tail -n +"$((half + 1))" "$WORK/extents" >"$WORK/extents.b"
+mount_kvfs
+echo
+echo "  remounted: tier of ${ALL[0]}: $(tier_of "$MNT/$NS/${ALL[0]}")"
+figure "[3a] read() of an SSD-only block (io_uring O_DIRECT + checksums + FUSE), against an O_DIRECT pread of another block's extent in data.kvd" \
+	"$BIO" ssd --iters "$SSD_ITERS" --names kvfs,O_DIRECT \
+	--label "[3a] SSD block read()" --target 0.80 \
+	--dir "$MNT/$NS" --map "$WORK/extents.a" --data "$STORE/data.kvd"
+figure "[3b] the same, the kvfs file opened with O_DIRECT" \
+	"$BIO" ssd --direct --iters "$SSD_ITERS" --names kvfs,O_DIRECT \
+	--label "[3b] SSD block read() O_DIRECT" --target 0.80 \
+	--dir "$MNT/$NS" --map "$WORK/extents.b" --data "$STORE/data.kvd"
+
+# --- 4. creates ------------------------------------------------------------
 # Same geometry, another seed: new keys, valid in namespace m.
 "$BIN/kvfs-gen" write "$SHM/src" "${GEOM[@]}" --prefixes 1 \
 	--blocks "$CREATE_BLOCKS" --shared 0 --seed 4242 --quiet ||
 	die "kvfs-gen write to tmpfs failed"
-figure "[4] block creates (open O_CREAT + write 2 MiB + close; kvfs validates and commits to DRAM on close)" \
+figure "[4] block creates (open O_CREAT + write 2 MiB + close; kvfs validates and commits to DRAM on close, write-back drained between repetitions)" \
 	"$BIO" create --iters "$CREATE_REPS" --stats "$MNT/.kvfs/stats" \
-	--names kvfs,tmpfs --label "block creates" \
+	--names kvfs,tmpfs --label "[4] block creates" \
 	"$SHM/src" "$MNT/$NS" "$SHM/create"
-
-# --- 3. SSD-resident blocks ----------------------------------------------
-# A remount starts with every block on the SSD only and an empty page
-# cache; the extents come from the store's metadata while it is unmounted.
-unmount
-"$BIO" extents "$STORE" "${ALL[@]}" >"$WORK/extents" ||
-	die "could not read the extents"
-mount_kvfs
-echo
-echo "  after remount: ${ALL[0]} tier $(getfattr --absolute-names --only-values -n user.kvfs.tier "$MNT/$NS/${ALL[0]}")"
-figure "[3] read() of an SSD-only block (cold: io_uring O_DIRECT + checksum verify + copy), against O_DIRECT pread of another block's extent in data.kvd" \
-	"$BIO" ssd --iters "$SSD_ITERS" --names kvfs,O_DIRECT \
-	--label "SSD block read()" --target 0.80 \
-	--dir "$MNT/$NS" --map "$WORK/extents" --data "$STORE/data.kvd"
 
 # --- summary ------------------------------------------------------------
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
 echo
-echo "summary (medians; ratio = kvfs / baseline)"
-printf '  %-32s %12s %12s %-10s %6s %7s\n' figure kvfs baseline unit ratio target
+echo "summary (medians; ratio = kvfs / baseline, higher is better)"
+printf '  %-32s %11s %11s %-10s %6s %7s\n' figure kvfs baseline unit ratio target
 while IFS='|' read -r label k b unit ratio target; do
-	printf '  %-32s %12s %12s %-10s %6s %7s\n' "$label" "$k" "$b" "$unit" \
+	printf '  %-32s %11s %11s %-10s %6s %7s\n' "$label" "$k" "$b" "$unit" \
 		"$ratio" "$target"
 done <"$SUMMARY"
 exit 0

@@ -54,4 +54,15 @@ t_errno "then DRAM fills with blocks that cannot be persisted: close is ENOSPC" 
 t_check "the failure is logged" grep -q "nothing evictable" "$STORE/kvfs.log"
 t_check "every stored block is intact" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 t_check "the daemon is still serving" test "$(kvfs_stat tier.ssd.blocks)" -eq 25
+stalled=$(kvfs_stat writeback.stalled)
+t_check "blocks waiting for SSD space are counted ($stalled)" test "$stalled" -ge 1
+# Free room: the waiting blocks are written back, and fsync (sync FILE)
+# on each of them then succeeds.
+for k in $(ls "$MNT/$NS" | head -n 14); do
+	setfattr -x user.kvfs.pin "$MNT/$NS/$k" 2>/dev/null
+	rm -f "$MNT/$NS/$k"
+done
+t_check "once space frees, every committed block becomes durable" sync "$MNT/$NS"/*.kv
+t_check "nothing waits any more" test "$(kvfs_stat writeback.stalled)" -eq 0
+t_check "and everything verifies" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 t_done

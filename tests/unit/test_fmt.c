@@ -348,7 +348,14 @@ static void test_build_payload_copy(void **state)
 	kvfs_fmt_root_key("llama", NULL, root);
 	assert_int_equal(kvfs_fmt_build(&geom, KVFS_KIND_KV, root, 0, toks, 6,
 					pay, buf, len), 0);
-	assert_memory_equal(buf + off, pay, len - off);
+	/* Layer 0's first chunk is copied as given; rows past the sixth
+	 * token of the last chunk are padding and come out zero.
+	 */
+	uint64_t coff, clen;
+	assert_int_equal(kvfs_fmt_chunk_range(&geom, 6, 0, 0, &coff, &clen), 0);
+	assert_memory_equal(buf + coff, pay + (coff - off), clen);
+	assert_int_equal(kvfs_fmt_validate(buf, len, &geom, NULL, root, 0, NULL),
+			 KVFS_FMT_OK);
 	assert_memory_equal(buf, KVFS_FMT_MAGIC, 8);
 	/* token ids are little-endian right after the header */
 	assert_int_equal(buf[4096 + 20], 100000 & 0xff);
@@ -676,11 +683,22 @@ static void test_reject_payload_crc(void **state)
 	struct blk b;
 
 	make(&b);
-	b.buf[b.len - 1] ^= 0x10;
+	/* a byte of real data, not of the zero padding rows */
+	b.buf[kvfs_fmt_payload_off(6) + 1] ^= 0x10;
 	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key, b.root,
 					   KVFS_FMT_SKIP_PAYLOAD_CRC, NULL),
 			 KVFS_FMT_OK);
 	expect(&b, KVFS_FMT_EPAYLOADCRC, -EBADMSG);
+}
+
+/* Rows past n_tokens in a layer's last chunk must be zero. */
+static void test_reject_tail_rows(void **state)
+{
+	struct blk b;
+
+	make(&b);
+	b.buf[b.len - 1] ^= 0x10;
+	expect(&b, KVFS_FMT_EPAD, -EINVAL);
 }
 
 static void test_reject_payload_crc_field(void **state)
@@ -833,6 +851,7 @@ int main(void)
 		cmocka_unit_test(test_reject_pad_header_tail),
 		cmocka_unit_test(test_reject_pad_zero_field),
 		cmocka_unit_test(test_reject_payload_crc),
+		cmocka_unit_test(test_reject_tail_rows),
 		cmocka_unit_test(test_reject_payload_crc_field),
 		cmocka_unit_test(test_reject_name),
 		cmocka_unit_test(test_reject_key_field),

@@ -68,6 +68,22 @@ static void test_order(void **state)
 	kvfs_policy_remove(p, GPU, &b);
 	assert_ptr_equal(kvfs_policy_victim(p, GPU, NULL, NULL), &a);
 	assert_ptr_equal(kvfs_policy_victim(p, GPU, not_node, &a), &c);
+	/* a was set aside by the filter; a new request brings it back. */
+	{
+		struct kvfs_paccess r2 = { .now = 2, .request = 2 };
+		struct kvfs_pnode e;
+
+		mknode(&e, 5, NULL, 3);
+		kvfs_policy_insert(p, GPU, &e, &r2);
+		assert_ptr_equal(kvfs_policy_victim(p, GPU, NULL, NULL), &a);
+		/* Only filtered blocks left: none is returned. */
+		kvfs_policy_remove(p, GPU, &c);
+		kvfs_policy_remove(p, GPU, &e);
+		assert_null(kvfs_policy_victim(p, GPU, not_node, &a));
+		kvfs_policy_remove(p, GPU, &a);
+		assert_int_equal(p->count[GPU], 0);
+		assert_null(kvfs_policy_victim(p, GPU, NULL, NULL));
+	}
 	kvfs_policy_free(p);
 }
 
