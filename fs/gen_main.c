@@ -235,32 +235,17 @@ static void payload_fill(const struct kvfs_geom *g, uint16_t kind,
 
 /* ---- small helpers ---- */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static void fix_hdr_crc(uint8_t *p)
 {
-	put32(p + 84, kvfs_fmt_crc32c(0, p, 84));
+	kvfs_util_put32(p + 84, kvfs_fmt_crc32c(0, p, 84));
 }
 
 static void fix_crcs(uint8_t *p, uint64_t len)
 {
-	put32(p + 80, kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
+	kvfs_util_put32(p + 80, kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
 				      len - KVFS_FMT_HDR_SIZE));
 	fix_hdr_crc(p);
 }
@@ -715,15 +700,15 @@ static void corrupt(const char *what, const struct kvfs_geom *g,
 	if (!strcmp(what, "magic")) {
 		p[0] = 'X';
 	} else if (!strcmp(what, "version")) {
-		put16(p + 8, KVFS_FMT_VERSION + 1);
+		kvfs_util_put16(p + 8, KVFS_FMT_VERSION + 1);
 	} else if (!strcmp(what, "kind")) {
-		put16(p + 10, 7);
+		kvfs_util_put16(p + 10, 7);
 	} else if (!strcmp(what, "dtype")) {
-		put16(p + 12, 99);
+		kvfs_util_put16(p + 12, 99);
 	} else if (!strcmp(what, "geom")) {
-		put32(p + 16, g->n_layers + 1);
+		kvfs_util_put32(p + 16, g->n_layers + 1);
 	} else if (!strcmp(what, "ntokens")) {
-		put32(p + 32, g->block_tokens + 1);
+		kvfs_util_put32(p + 32, g->block_tokens + 1);
 	} else if (!strcmp(what, "short")) {
 		--*len;
 		return;
@@ -740,7 +725,7 @@ static void corrupt(const char *what, const struct kvfs_geom *g,
 	} else if (!strcmp(what, "key")) {
 		p[64] ^= 1;
 	} else if (!strcmp(what, "startpos")) {
-		put64(p + 40, root_child ? g->block_tokens : 0);
+		kvfs_util_put64(p + 40, root_child ? g->block_tokens : 0);
 	} else if (!strcmp(what, "pad")) {
 		/* token padding if there is any, else the header's tail */
 		if (tok_end < kvfs_fmt_payload_off(n)) {

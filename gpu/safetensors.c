@@ -19,6 +19,7 @@
 
 #include "gpu/safetensors.h"
 #include "meta/log.h"
+#include "meta/util.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; kvfs needs a little-endian host"
@@ -106,16 +107,6 @@ static int jnew(struct jparser *p, uint8_t type)
 	return (int)p->n_nodes++;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 static int jhex4(struct jparser *p, uint32_t *out)
 {
@@ -124,7 +115,7 @@ static int jhex4(struct jparser *p, uint32_t *out)
 	if (p->len - p->pos < 4)
 		return jfail(p, "truncated \\u escape");
 	for (int i = 0; i < 4; i++) {
-		int h = hexval(p->s[p->pos + i]);
+		int h = kvfs_util_hexval(p->s[p->pos + i]);
 
 		if (h < 0)
 			return jfail(p, "bad hex digit in \\u escape");

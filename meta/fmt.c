@@ -13,91 +13,57 @@
 #include <openssl/evp.h>
 
 #include "meta/fmt.h"
+#include "meta/util.h"
 
 #define ROOT_TAG "kvfs-ns-v1"
 /* Bytes 0..83 are covered by the header CRC stored at 84. */
 #define HDR_CRC_SPAN 84u
 #define HDR_ENC_SIZE ((unsigned)sizeof(struct kvfs_fmt_hdr))
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
 
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
 
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
 
 static void hdr_encode(const struct kvfs_fmt_hdr *h, uint8_t *p)
 {
 	memcpy(p, h->magic, 8);
-	put16(p + 8, h->version);
-	put16(p + 10, h->kind);
-	put16(p + 12, h->dtype);
-	put16(p + 14, h->zero);
-	put32(p + 16, h->n_layers);
-	put32(p + 20, h->n_kv_heads);
-	put32(p + 24, h->head_dim);
-	put32(p + 28, h->hidden_size);
-	put32(p + 32, h->n_tokens);
-	put32(p + 36, h->chunk_tokens);
-	put64(p + 40, h->start_pos);
+	kvfs_util_put16(p + 8, h->version);
+	kvfs_util_put16(p + 10, h->kind);
+	kvfs_util_put16(p + 12, h->dtype);
+	kvfs_util_put16(p + 14, h->zero);
+	kvfs_util_put32(p + 16, h->n_layers);
+	kvfs_util_put32(p + 20, h->n_kv_heads);
+	kvfs_util_put32(p + 24, h->head_dim);
+	kvfs_util_put32(p + 28, h->hidden_size);
+	kvfs_util_put32(p + 32, h->n_tokens);
+	kvfs_util_put32(p + 36, h->chunk_tokens);
+	kvfs_util_put64(p + 40, h->start_pos);
 	memcpy(p + 48, h->parent, KVFS_KEY_LEN);
 	memcpy(p + 64, h->key, KVFS_KEY_LEN);
-	put32(p + 80, h->payload_crc);
-	put32(p + 84, h->hdr_crc);
+	kvfs_util_put32(p + 80, h->payload_crc);
+	kvfs_util_put32(p + 84, h->hdr_crc);
 }
 
 static void hdr_decode(const uint8_t *p, struct kvfs_fmt_hdr *h)
 {
 	memcpy(h->magic, p, 8);
-	h->version = get16(p + 8);
-	h->kind = get16(p + 10);
-	h->dtype = get16(p + 12);
-	h->zero = get16(p + 14);
-	h->n_layers = get32(p + 16);
-	h->n_kv_heads = get32(p + 20);
-	h->head_dim = get32(p + 24);
-	h->hidden_size = get32(p + 28);
-	h->n_tokens = get32(p + 32);
-	h->chunk_tokens = get32(p + 36);
-	h->start_pos = get64(p + 40);
+	h->version = kvfs_util_get16(p + 8);
+	h->kind = kvfs_util_get16(p + 10);
+	h->dtype = kvfs_util_get16(p + 12);
+	h->zero = kvfs_util_get16(p + 14);
+	h->n_layers = kvfs_util_get32(p + 16);
+	h->n_kv_heads = kvfs_util_get32(p + 20);
+	h->head_dim = kvfs_util_get32(p + 24);
+	h->hidden_size = kvfs_util_get32(p + 28);
+	h->n_tokens = kvfs_util_get32(p + 32);
+	h->chunk_tokens = kvfs_util_get32(p + 36);
+	h->start_pos = kvfs_util_get64(p + 40);
 	memcpy(h->parent, p + 48, KVFS_KEY_LEN);
 	memcpy(h->key, p + 64, KVFS_KEY_LEN);
-	h->payload_crc = get32(p + 80);
-	h->hdr_crc = get32(p + 84);
+	h->payload_crc = kvfs_util_get32(p + 80);
+	h->hdr_crc = kvfs_util_get32(p + 84);
 }
 
 size_t kvfs_fmt_dtype_size(uint16_t dtype)
@@ -226,7 +192,7 @@ void kvfs_fmt_block_key(const uint8_t parent[KVFS_KEY_LEN],
 		size_t n = n_tokens - i > 256 ? 256 : n_tokens - i;
 
 		for (size_t j = 0; j < n; j++)
-			put32(le + 4 * j, tokens[i + j]);
+			kvfs_util_put32(le + 4 * j, tokens[i + j]);
 		ok = EVP_DigestUpdate(ctx, le, n * 4);
 		i += n;
 	}
@@ -250,16 +216,6 @@ void kvfs_fmt_key_hex(const uint8_t key[KVFS_KEY_LEN],
 	out[KVFS_KEY_HEX_LEN] = '\0';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* Exactly KVFS_KEY_HEX_LEN hex digits at @hex; what follows is the caller's. */
 static int parse_hex_prefix(const char *hex, uint8_t out[KVFS_KEY_LEN])
@@ -267,8 +223,8 @@ static int parse_hex_prefix(const char *hex, uint8_t out[KVFS_KEY_LEN])
 	uint8_t tmp[KVFS_KEY_LEN];
 
 	for (int i = 0; i < KVFS_KEY_LEN; i++) {
-		int hi = hexval(hex[2 * i]);
-		int lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+		int hi = kvfs_util_hexval(hex[2 * i]);
+		int lo = hi < 0 ? -1 : kvfs_util_hexval(hex[2 * i + 1]);
 
 		if (lo < 0)
 			return -EINVAL;
@@ -571,7 +527,7 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 	/* The payload may already be in place: only clear what precedes it. */
 	memset(p, 0, pay_off);
 	for (uint32_t i = 0; i < n; i++)
-		put32(p + KVFS_FMT_HDR_SIZE + 4 * (uint64_t)i, tokens[i]);
+		kvfs_util_put32(p + KVFS_FMT_HDR_SIZE + 4 * (uint64_t)i, tokens[i]);
 	if (payload)
 		memmove(p + pay_off, payload, size - pay_off);
 	/* Rows past the last token are padding, always zero. */
@@ -595,6 +551,6 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 					size - KVFS_FMT_HDR_SIZE);
 	hdr_encode(&h, p);
 	h.hdr_crc = kvfs_fmt_crc32c(0, p, HDR_CRC_SPAN);
-	put32(p + 84, h.hdr_crc);
+	kvfs_util_put32(p + 84, h.hdr_crc);
 	return 0;
 }

@@ -26,6 +26,62 @@ char *kvfs_util_fmt_size(uint64_t v, char *buf, size_t len);
 uint64_t kvfs_util_now_mono(void);
 uint64_t kvfs_util_now_real(void);
 
+/* Little-endian stores and loads: on-disk formats never depend on the
+ * host's byte order.
+ */
+static inline void kvfs_util_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void kvfs_util_put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void kvfs_util_put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint16_t kvfs_util_get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static inline uint32_t kvfs_util_get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static inline uint64_t kvfs_util_get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Value of a hex digit (either case), or -1. */
+static inline int kvfs_util_hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 static inline uint64_t kvfs_util_align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;

@@ -10,9 +10,9 @@
 #   BUILD                build directory (default build)
 #   BENCH_TMP            where the store goes (default /tmp); a real disk,
 #                        not tmpfs
-#   BENCH_ITERS          samples per DRAM figure (default 96)
+#   BENCH_ITERS          samples per DRAM figure (default 128)
 #   BENCH_SSD_ITERS      samples per SSD figure (default 20)
-#   BENCH_CREATE_REPS    repetitions of the create figure (default 15)
+#   BENCH_CREATE_REPS    repetitions of the create figure (default 21)
 #   BENCH_CREATE_BLOCKS  blocks created per repetition (default 16)
 #   BENCH_READ_AHEAD_KB  sets the mount's read_ahead_kb (default: leave the
 #                        kernel's 128, which caps FUSE read-ahead requests
@@ -28,9 +28,9 @@ case "$BUILD" in
 esac
 BIN=$BDIR/bin
 BIO=$BDIR/bench/bench_io
-ITERS=${BENCH_ITERS:-96}
+ITERS=${BENCH_ITERS:-128}
 SSD_ITERS=${BENCH_SSD_ITERS:-20}
-CREATE_REPS=${BENCH_CREATE_REPS:-15}
+CREATE_REPS=${BENCH_CREATE_REPS:-21}
 CREATE_BLOCKS=${BENCH_CREATE_BLOCKS:-16}
 # Blocks the DRAM figures rotate through: 16 x 2 MiB is beyond a typical
 # last-level cache, as when an engine loads a long prefix.
