@@ -3,6 +3,7 @@
 #   make            build everything into build/ (programs in build/bin/)
 #   make test       install missing packages, build with -Werror, run all tests
 #   make asan       the same tests on an ASan/UBSan build (build-asan/)
+#   make test-gpu   the device tests against the cuda backend (NVIDIA GPU)
 #   make demo       build, make a store, mount, run a workload, unmount
 #   make bench      benchmarks (figures, no assertions)
 #   make deps       install missing Debian packages (needs root)
@@ -41,6 +42,21 @@ LIBS := -lfuse3 -llmdb -luring -linih -lcrypto -lisal -lxxhash \
 	-lopenblas -lm -lpthread
 TEST_LIBS := -lcmocka
 
+# CUDA: the device tier's cuda backend (gpu/tier_cuda.c) is built whenever
+# the toolkit is present; `make KVFS_CUDA=0` leaves it out. cudart is linked
+# statically so every program still starts, and reports no device, on a
+# machine without the NVIDIA driver. -isystem keeps the toolkit's headers
+# out of -Werror.
+CUDA_HOME ?= /usr/local/cuda
+KVFS_CUDA ?= $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1,0)
+ifeq ($(KVFS_CUDA),1)
+override CFLAGS += -DKVFS_HAVE_CUDA -isystem $(CUDA_HOME)/include
+LIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+endif
+# Unit tests and integration scripts that honour KVFS_TEST_GPU.
+GPU_UNIT := $(patsubst tests/unit/%.c,%,$(shell grep -l KVFS_TEST_GPU tests/unit/test_*.c 2>/dev/null))
+GPU_ITEST := $(shell grep -l KVFS_TEST_GPU tests/integration/test_*.sh 2>/dev/null)
+
 ifeq ($(V),1)
 Q :=
 msg = @true
@@ -51,7 +67,7 @@ endif
 
 # Every .c in a module folder is library code, except program entry points
 # (*_main.c).
-LIB_SRCS := $(filter-out %_main.c,$(wildcard meta/*.c cache/*.c gpu/*.c fs/*.c))
+LIB_SRCS := $(filter-out %_main.c fs/libkvfs.c,$(wildcard meta/*.c cache/*.c gpu/*.c fs/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libkvfscore.a
 
@@ -62,25 +78,55 @@ kvfsctl_MAIN := fs/kvfsctl_main.c
 mkfs.kvfs_MAIN := mkfs/mkfs_main.c
 kvfs-gen_MAIN := fs/gen_main.c
 kvfs-sim_MAIN := cache/sim_main.c
+# The example engine exists once its source does.
+PROGS += $(if $(wildcard fs/engine_main.c),kvfs-engine)
+kvfs-engine_MAIN := fs/engine_main.c
 PROG_BINS := $(PROGS:%=$(BUILD)/bin/%)
+
+# libkvfs: the client library engines link (shared and static), with the
+# block-format code it needs for key chains.
+LIBKVFS_SRCS := $(if $(wildcard fs/libkvfs.c),fs/libkvfs.c meta/fmt.c meta/util.c meta/log.c)
+LIBKVFS_A := $(if $(LIBKVFS_SRCS),$(BUILD)/lib/libkvfs.a)
+LIBKVFS := $(if $(LIBKVFS_SRCS),$(LIBKVFS_A) $(BUILD)/lib/libkvfs.so)
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# Programs the mount-level tests drive (cmocka, run by the scripts).
+ITEST_SRCS := $(wildcard tests/integration/*.c)
+ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/itests/%)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps test unit integration asan demo bench clean format check-format
-all: $(PROG_BINS) $(UNIT_BINS) $(BENCH_BINS)
+all: $(PROG_BINS) $(UNIT_BINS) $(ITEST_BINS) $(BENCH_BINS) $(LIBKVFS)
 
 $(BUILD)/obj/%.o: %.c
 	$(call msg,CC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/pic/%.o: %.c
+	$(call msg,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -fPIC -c -o $@ $<
+
+$(BUILD)/lib/libkvfs.a: $(LIBKVFS_SRCS:%.c=$(BUILD)/obj/%.o)
+	$(call msg,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lib/libkvfs.so: $(LIBKVFS_SRCS:%.c=$(BUILD)/pic/%.o)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvfs.so.1 -o $@ $^ -lcrypto -lisal -lpthread
+
 $(LIB): $(LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Clients of libkvfs link it first ($^ keeps prerequisite order).
+$(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs: $(LIBKVFS_A)
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:
@@ -92,6 +138,11 @@ $(BUILD)/bin/%: $(BUILD)/obj/$$(basename $$(%_MAIN)).o $(LIB)
 	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ $(TEST_LIBS) $(LIBS)
+
+$(BUILD)/itests/%: $(BUILD)/obj/tests/integration/%.o $(LIB)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -pthread -o $@ $^ $(TEST_LIBS) $(LIBS)
@@ -127,6 +178,23 @@ asan: deps
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 WERROR=1 CFLAGS="-O1 -g" all
 	$(Q)BUILD=build-asan ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/run.sh
+
+# The device tests against the cuda backend: run on a host with an NVIDIA
+# GPU (a missing device fails them).
+.PHONY: test-gpu
+test-gpu: deps
+	$(Q)$(MAKE) --no-print-directory WERROR=1 all
+	$(Q)[ "$(KVFS_CUDA)" = 1 ] || { echo "kvfs: no CUDA toolkit in $(CUDA_HOME)" >&2; exit 1; }
+	$(Q)fail=0; \
+	for t in $(GPU_UNIT); do \
+		echo "  GPU    $$t"; \
+		KVFS_TEST_GPU=cuda $(BUILD)/tests/$$t || fail=1; \
+	done; \
+	for t in $(GPU_ITEST); do \
+		echo "  GPU    $$t"; \
+		BUILD=$(BUILD) KVFS_TEST_GPU=cuda bash $$t || fail=1; \
+	done; \
+	exit $$fail
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

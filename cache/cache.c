@@ -340,6 +340,11 @@ static void block_destroy(struct kvfs_cache *c, struct kvfs_block *b)
 						   &b->dram);
 		atomic_fetch_sub(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
 	}
+	if (!(atomic_load(&b->flags) & KVFS_B_FREED) && b->gpu.len) {
+		c->tier[KVFS_TIER_GPU]->ops->free(c->tier[KVFS_TIER_GPU],
+						  &b->gpu);
+		atomic_fetch_sub(&c->tier[KVFS_TIER_GPU]->st.blocks, 1);
+	}
 	if (b->parent)
 		kvfs_cache_put(c, b->parent);
 	pthread_mutex_destroy(&b->lock);
@@ -355,7 +360,7 @@ static void block_destroy(struct kvfs_cache *c, struct kvfs_block *b)
  */
 void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 {
-	struct kvfs_extent dx, sx;
+	struct kvfs_extent dx, sx, gx;
 	unsigned f;
 
 	if (!(atomic_load(&b->flags) & KVFS_B_DELETED) ||
@@ -367,13 +372,19 @@ void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 	pthread_mutex_lock(&b->lock);
 	dx = b->dram;
 	sx = b->ssd;
+	gx = b->gpu;
 	memset(&b->dram, 0, sizeof(b->dram));
+	memset(&b->gpu, 0, sizeof(b->gpu));
 	atomic_store(&b->dram_ptr, NULL);
 	atomic_store(&b->tiers, 0);
 	pthread_mutex_unlock(&b->lock);
 	if (dx.ptr) {
 		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM], &dx);
 		atomic_fetch_sub(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
+	}
+	if (gx.len) {
+		c->tier[KVFS_TIER_GPU]->ops->free(c->tier[KVFS_TIER_GPU], &gx);
+		atomic_fetch_sub(&c->tier[KVFS_TIER_GPU]->st.blocks, 1);
 	}
 	if (f & KVFS_B_PERSISTED) {
 		c->tier[KVFS_TIER_SSD]->ops->free(c->tier[KVFS_TIER_SSD], &sx);
@@ -409,6 +420,7 @@ void kvfs_block_info(struct kvfs_block *b, struct kvfs_block_info *out)
 	out->tiers = atomic_load(&b->tiers);
 	out->pins = atomic_load(&b->pins);
 	out->category = atomic_load(&b->category);
+	out->leases = (uint32_t)atomic_load(&b->leases);
 	out->persisted = atomic_load(&b->flags) & KVFS_B_PERSISTED;
 	memcpy(out->key, b->pn.key, KVFS_KEY_LEN);
 	memcpy(out->parent, b->parent_key, KVFS_KEY_LEN);
@@ -1117,6 +1129,16 @@ int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
 		return -EINVAL;
 	}
 	bit = 1u << tier;
+	if (tier == KVFS_TIER_GPU) {
+		/* The pool does not survive a restart; neither does this pin,
+		 * so it is not recorded.
+		 */
+		atomic_fetch_or(&b->pins, bit);
+		rc = kvfs_gpu_load(c, &b, 1, 0);
+		if (rc)
+			atomic_fetch_and(&b->pins, ~bit);
+		return rc;
+	}
 	if (tier == KVFS_TIER_SSD) {
 		rc = kvfs_cache_sync(c, b);
 		if (rc)
@@ -1238,6 +1260,12 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 	CS("policy.promoted", atomic_load(&c->st_promoted));
 	CS("policy.demoted", atomic_load(&c->st_demoted));
 	CS("policy.promote_passes", atomic_load(&c->st_promote_passes));
+	CS("ctl.leases", atomic_load(&c->st_leases));
+	CS("ctl.leases_reclaimed", atomic_load(&c->st_leases_reclaimed));
+	CS("ctl.fetches", atomic_load(&c->st_fetches));
+	CS("ctl.fetch_bytes", atomic_load(&c->st_fetch_bytes));
+	CS("ctl.fetch_into_bytes", atomic_load(&c->st_fetch_into_bytes));
+	CS("ctl.saves", atomic_load(&c->st_saves));
 	for (size_t i = 0; i < c->n_ns; i++)
 		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", c->ns[i].rec.name,
 			kvfs_ns_nblocks(&c->ns[i]));

@@ -115,6 +115,7 @@ struct kvfs_block_info {
 	uint32_t tiers;  /* enum kvfs_tier_bit */
 	uint32_t pins;   /* enum kvfs_tier_bit */
 	uint32_t category;
+	uint32_t leases; /* held through .kvfs/ctl */
 	bool persisted;
 	uint8_t key[KVFS_KEY_LEN];
 	uint8_t parent[KVFS_KEY_LEN];

@@ -17,6 +17,7 @@
 #include "cache/tier.h"
 #include "meta/meta.h"
 #include "meta/store.h"
+#include "gpu/gpu.h"
 
 #define KVFS_SHARDS 64
 
@@ -66,6 +67,8 @@ struct kvfs_block {
 	pthread_mutex_t io_lock; /* serialises loads of this block */
 	struct kvfs_extent dram; /* b->lock */
 	struct kvfs_extent ssd;  /* b->lock; valid with PERSISTED */
+	struct kvfs_extent gpu;  /* b->lock; the whole image in the device pool */
+	atomic_int leases;       /* ctl leases: never moved while nonzero */
 
 	atomic_bool touched;    /* on the touch stack */
 	struct kvfs_block *touch_next; /* touch stack */
@@ -98,6 +101,13 @@ struct kvfs_cache {
 	unsigned flags;
 	struct kvfs_store *store;
 	struct kvfs_tier *tier[KVFS_NTIERS]; /* NULL = absent */
+	const struct kvfs_gpu_ops *gops;     /* device ops of tier[GPU] */
+	pthread_mutex_t gpu_load_lock;       /* one batch of loads at a time */
+	pthread_mutex_t ctl_lock;            /* guards sessions */
+	struct kvfs_ctl_session *sessions;
+	atomic_uint_least64_t st_leases, st_leases_reclaimed;
+	atomic_uint_least64_t st_fetches, st_fetch_bytes, st_fetch_into_bytes;
+	atomic_uint_least64_t st_saves;
 
 	size_t n_ns;
 	struct kvfs_ns *ns;
@@ -165,6 +175,18 @@ enum kvfs_load_mode {
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
 
+/* cache_gpu.c */
+struct kvfs_ctl_session;
+enum kvfs_gpu_load_flags {
+	KVFS_GPU_TRYLOCK = 1 << 0, /* -EBUSY rather than wait for a loader */
+	KVFS_GPU_NOEVICT = 1 << 1, /* only free room: never grow by evicting */
+};
+int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **b, size_t n,
+		  unsigned flags);
+int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b);
+void kvfs_ctl_reclaim(struct kvfs_cache *c);
+uint64_t kvfs_block_payload_off(const struct kvfs_block *b);
+
 /* cache_wb.c */
 int kvfs_wb_start(struct kvfs_cache *c);
 void kvfs_wb_stop(struct kvfs_cache *c);
@@ -173,6 +195,7 @@ void kvfs_wb_unstall(struct kvfs_cache *c);
 int kvfs_wb_pass(struct kvfs_cache *c);
 int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 		      struct kvfs_extent *e);
+int kvfs_dram_drop(struct kvfs_cache *c, struct kvfs_block *b);
 int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		      const char *why);
 int kvfs_counters_flush(struct kvfs_cache *c);

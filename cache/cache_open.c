@@ -12,6 +12,8 @@
 
 #include "cache/cache_i.h"
 #include "cache/extent.h"
+#include "cache/ctl.h"
+#include <unistd.h>
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -461,6 +463,42 @@ static void reload_dram_pins(struct kvfs_cache *c)
 	}
 }
 
+/* The device tier, if [tier.gpu] asks for one. A cuda tier without a
+ * visible device refuses the start: silently running without it would
+ * hide a broken host.
+ */
+static int open_gpu(struct kvfs_cache *c)
+{
+	char name[64];
+	int rc;
+
+	switch (c->conf.gpu_backend) {
+	case KVFS_CONF_GPU_SHM:
+		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-%d-pool",
+			 c->store->sb.uuid[0], c->store->sb.uuid[1],
+			 c->store->sb.uuid[2], c->store->sb.uuid[3],
+			 (int)getpid());
+		rc = kvfs_gpu_shm_init(name, c->conf.gpu_capacity, 0,
+				       &c->tier[KVFS_TIER_GPU]);
+		break;
+	case KVFS_CONF_GPU_CUDA:
+		rc = kvfs_gpu_cuda_init((int)c->conf.gpu_device,
+					c->conf.gpu_capacity, 0,
+					&c->tier[KVFS_TIER_GPU]);
+		if (rc)
+			kvfs_err("[tier.gpu] backend = cuda, but CUDA device "
+				 "%u cannot be used (%s): refusing to start",
+				 c->conf.gpu_device, strerror(-rc));
+		break;
+	default:
+		return 0;
+	}
+	if (rc)
+		return rc;
+	c->gops = kvfs_gpu_ops_of(c->tier[KVFS_TIER_GPU]);
+	return 0;
+}
+
 /* ------------------------------------------------------------ lifecycle */
 
 int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
@@ -487,6 +525,8 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	pthread_cond_init(&c->wb_cond, NULL);
 	pthread_cond_init(&c->wb_done, NULL);
 	pthread_mutex_init(&c->mv_lock, NULL);
+	pthread_mutex_init(&c->gpu_load_lock, NULL);
+	pthread_mutex_init(&c->ctl_lock, NULL);
 	pthread_cond_init(&c->mv_cond, NULL);
 	atomic_store(&c->next_ino, KVFS_INO_BLOCK_BASE);
 
@@ -511,10 +551,21 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 			 c->store->data_path, strerror(-rc));
 		goto out_free;
 	}
+	rc = open_gpu(c);
+	if (rc)
+		goto out_free;
+	if (!strcmp(conf->policy, "belady")) {
+		kvfs_err("policy belady needs to know the future: it exists "
+			 "only in kvfs-sim");
+		rc = -EINVAL;
+		goto out_free;
+	}
 	for (size_t i = 0; i < conf->n_policy_opts; i++) {
 		keys[i] = conf->policy_keys[i];
 		vals[i] = conf->policy_vals[i];
 	}
+	if (c->tier[KVFS_TIER_GPU])
+		cap[KVFS_TIER_GPU] = c->tier[KVFS_TIER_GPU]->capacity;
 	cap[KVFS_TIER_DRAM] = c->tier[KVFS_TIER_DRAM]->capacity;
 	cap[KVFS_TIER_SSD] = c->tier[KVFS_TIER_SSD]->capacity;
 	rc = kvfs_policy_new(conf->policy[0] ? conf->policy : "lru", keys, vals,
@@ -541,6 +592,8 @@ void kvfs_cache_free(struct kvfs_cache *c)
 	if (!c)
 		return;
 	kvfs_wb_stop(c);
+	while (c->sessions)
+		kvfs_ctl_close(c->sessions);
 	if (c->policy) {
 		pthread_mutex_lock(&c->policy_lock);
 		kvfs_cache_drain_touches(c);

@@ -212,6 +212,24 @@ static void discard_block(struct kvfs_cache *c, struct kvfs_block *b)
 	kvfs_cache_put(c, b);
 }
 
+int kvfs_dram_drop(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	bool discard = false;
+	int rc;
+
+	pthread_mutex_lock(&c->policy_lock);
+	if (!atomic_load(&b->dram_ptr))
+		rc = 0;
+	else if (!ok_dram(&b->pn, NULL))
+		rc = -EBUSY; /* pinned, open, or not yet on the SSD */
+	else
+		rc = demote_dram(c, b, &discard);
+	pthread_mutex_unlock(&c->policy_lock);
+	if (discard)
+		discard_block(c, b);
+	return rc == -ENOENT ? 0 : rc;
+}
+
 int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
 		      struct kvfs_extent *e)
 {
@@ -250,6 +268,42 @@ int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
  * upper tier never grows. Runs in the mover thread, never under a FUSE
  * request.
  */
+/*
+ * DRAM -> device promotion: the same plan between the upper two tiers.
+ * It only ever try-locks the loader, so a FETCH in progress always wins
+ * and this round is simply skipped.
+ */
+static void promote_gpu(struct kvfs_cache *c)
+{
+	struct kvfs_pmove plan[32];
+	struct kvfs_block *up[32], *blk[32];
+	size_t n, nup = 0;
+
+	if (!c->tier[KVFS_TIER_GPU])
+		return;
+	pthread_mutex_lock(&c->policy_lock);
+	n = kvfs_policy_promote(c->policy, KVFS_TIER_DRAM, KVFS_TIER_GPU,
+				plan, 32);
+	for (size_t i = 0; i < n; i++) {
+		blk[i] = pn_block(plan[i].node);
+		kvfs_block_get_ref(blk[i]);
+	}
+	pthread_mutex_unlock(&c->policy_lock);
+	for (size_t i = 0; i < n; i++) {
+		if (plan[i].op == KVFS_PMOVE_DOWN) {
+			if (kvfs_gpu_drop(c, blk[i]) == 0)
+				atomic_fetch_add(&c->st_demoted, 1);
+		} else if (plan[i].op == KVFS_PMOVE_UP) {
+			up[nup++] = blk[i];
+		}
+	}
+	if (nup && kvfs_gpu_load(c, up, nup,
+				 KVFS_GPU_TRYLOCK | KVFS_GPU_NOEVICT) == 0)
+		atomic_fetch_add(&c->st_promoted, nup);
+	for (size_t i = 0; i < n; i++)
+		kvfs_cache_put(c, blk[i]);
+}
+
 int kvfs_promote_pass(struct kvfs_cache *c)
 {
 	struct kvfs_pmove plan[64];
@@ -294,6 +348,7 @@ int kvfs_promote_pass(struct kvfs_cache *c)
 	}
 	for (size_t i = 0; i < n; i++)
 		kvfs_cache_put(c, blk[i]);
+	promote_gpu(c);
 	return 0;
 }
 
@@ -669,6 +724,7 @@ static void *mv_main(void *arg)
 		kvfs_policy_tick(c->policy, &a);
 		pthread_mutex_unlock(&c->policy_lock);
 		kvfs_promote_pass(c);
+		kvfs_ctl_reclaim(c);
 		kvfs_counters_flush(c);
 
 		pthread_mutex_lock(&c->mv_lock);

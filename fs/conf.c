@@ -22,6 +22,8 @@
  *                meta_mapsize 1M..16T
  *   [tier.dram]  capacity 4K..16T
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
+ *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
+ *                lease_ms 1..86400000
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
  *                for the policy to check (at most KVFS_CONF_MAX_OPTS)
  *   [namespace NAME]
@@ -237,6 +239,34 @@ static const struct conf_key ssd_keys[] = {
 	{ NULL },
 };
 
+static int set_gpu_backend(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field)
+{
+	int v;
+
+	if (!strcmp(val, "none"))
+		v = KVFS_CONF_GPU_NONE;
+	else if (!strcmp(val, "shm"))
+		v = KVFS_CONF_GPU_SHM;
+	else if (!strcmp(val, "cuda"))
+		v = KVFS_CONF_GPU_CUDA;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected none, shm or cuda", k->name,
+			    val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static const struct conf_key gpu_keys[] = {
+	{ "backend", set_gpu_backend, offsetof(struct kvfs_conf, gpu_backend),
+	  0, 0, 0, false },
+	U32("device", struct kvfs_conf, gpu_device, 0, 1023, false),
+	SIZE("capacity", struct kvfs_conf, gpu_capacity, 4096, 16ull << 40),
+	U32("lease_ms", struct kvfs_conf, lease_ms, 1, 86400000, false),
+	{ NULL },
+};
+
 static const struct conf_key policy_keys[] = {
 	STR("name", struct kvfs_conf, policy, set_policy_name),
 	{ NULL },
@@ -336,6 +366,7 @@ static const struct conf_section sections[] = {
 	{ .name = "daemon", .keys = daemon_keys, .target = conf_target },
 	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
 	{ .name = "tier.ssd", .keys = ssd_keys, .target = conf_target },
+	{ .name = "tier.gpu", .keys = gpu_keys, .target = conf_target },
 	{ .name = "policy", .keys = policy_keys, .target = conf_target,
 	  .other = policy_other },
 	{ .name = NS_PREFIX, .named = true, .keys = ns_keys,
@@ -523,6 +554,8 @@ void kvfs_conf_defaults(struct kvfs_conf *c)
 	c->dram_capacity = 256ull << 20;
 	c->ssd_rings = 4;
 	c->writeback_batch = 64;
+	c->gpu_capacity = 256ull << 20;
+	c->lease_ms = 60000;
 	strcpy(c->policy, "lru");
 }
 

@@ -27,6 +27,12 @@ struct kvfs_conf_ns {
 	struct kvfs_geom geom;
 };
 
+enum kvfs_conf_gpu {
+	KVFS_CONF_GPU_NONE = 0,
+	KVFS_CONF_GPU_SHM = 1,
+	KVFS_CONF_GPU_CUDA = 2,
+};
+
 struct kvfs_conf {
 	/* [daemon] */
 	unsigned threads;          /* max FUSE worker threads (default 16) */
@@ -39,6 +45,12 @@ struct kvfs_conf {
 	/* [tier.ssd] */
 	unsigned ssd_rings;        /* io_uring instances (default 4) */
 	unsigned writeback_batch;  /* blocks per write-back batch (default 64) */
+	/* [tier.gpu] */
+	int gpu_backend;           /* enum kvfs_conf_gpu (default none) */
+	unsigned gpu_device;       /* CUDA device ordinal (0) */
+	uint64_t gpu_capacity;     /* bytes of the device pool */
+	unsigned lease_ms;         /* leases older than this are reclaimed
+				    * (default 60000) */
 	/* [policy] */
 	char policy[32];           /* default "lru" */
 	size_t n_policy_opts;

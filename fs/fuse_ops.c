@@ -16,11 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "cache/ctl.h"
+#include "fs/kvfs_ctl.h"
 #include "cache/policy.h"
 #include "cache/tier.h"
 #include "fs/fuse_ops.h"
@@ -34,6 +37,7 @@ enum fh_kind {
 	FH_READ = 1,   /* a committed block opened read-only */
 	FH_WRITE,      /* a new block being written */
 	FH_TEXT,       /* a generated text file (.kvfs/stats) */
+	FH_CTL,        /* .kvfs/ctl: a control session */
 };
 
 struct kvfs_fh {
@@ -43,8 +47,9 @@ struct kvfs_fh {
 	struct kvfs_pending *p;      /* FH_WRITE before commit */
 	struct kvfs_block *b;        /* FH_WRITE after commit */
 	int rc;                      /* FH_WRITE: the commit's result */
-	char *text;                  /* FH_TEXT */
+	char *text;                  /* FH_TEXT; FH_CTL: pending response */
 	size_t text_len;
+	struct kvfs_ctl_session *ctl; /* FH_CTL */
 };
 
 static struct kvfs_fs *fs_of(fuse_req_t req)
@@ -143,6 +148,11 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 	case KVFS_INO_STATS:
 		text_attr(st, ino);
 		return 0;
+	case KVFS_INO_CTL:
+		text_attr(st, ino);
+		/* Engines need not be root to talk to the cache. */
+		st->st_mode = S_IFREG | 0666;
+		return 0;
 	default:
 		break;
 	}
@@ -189,11 +199,14 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			e.ino = kvfs_ns_ino(ns);
 		}
 	} else if (parent == KVFS_INO_CTLDIR) {
-		if (strcmp(name, "stats")) {
+		if (!strcmp(name, "stats")) {
+			e.ino = KVFS_INO_STATS;
+		} else if (!strcmp(name, "ctl")) {
+			e.ino = KVFS_INO_CTL;
+		} else {
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		e.ino = KVFS_INO_STATS;
 		e.attr_timeout = 0;
 	} else {
 		ns = kvfs_cache_ns_by_ino(fs->c, parent);
@@ -245,8 +258,12 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino,
 	if (rc)
 		reply_rc(req, rc);
 	else
+		/* A file being written changes size: never cache it. */
 		fuse_reply_attr(req, &st,
-				(st.st_mode & S_IWUSR) ? 0 : fs->attr_timeout);
+				S_ISREG(st.st_mode) && (st.st_mode & S_IWUSR) &&
+						ino != KVFS_INO_CTL
+					? 0
+					: fs->attr_timeout);
 }
 
 static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -351,8 +368,10 @@ static void kvfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 				break;
 		}
 	} else if (ino == KVFS_INO_CTLDIR) {
-		if (off < 3)
-			dirbuf_add(&d, "stats", KVFS_INO_STATS, S_IFREG, 3);
+		if (off < 3 && dirbuf_add(&d, "stats", KVFS_INO_STATS, S_IFREG, 3))
+			goto out_reply;
+		if (off < 4)
+			dirbuf_add(&d, "ctl", KVFS_INO_CTL, S_IFREG, 4);
 	} else {
 		kvfs_ns_list(ns, off < 2 ? 0 : (uint64_t)off, add_block, &d);
 	}
@@ -387,6 +406,13 @@ static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
 	case FH_TEXT:
 		free(fh->text);
 		break;
+	case FH_CTL:
+		/* Closing the descriptor (or the process dying) releases
+		 * every lease it held.
+		 */
+		kvfs_ctl_close(fh->ctl);
+		free(fh->text);
+		break;
 	}
 	pthread_mutex_destroy(&fh->lock);
 	free(fh);
@@ -400,6 +426,26 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 	struct kvfs_fh *fh;
 	int rc;
 
+	if (ino == KVFS_INO_CTL) {
+		fh = fh_new(FH_CTL);
+		if (!fh) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		rc = kvfs_ctl_open(fs->c, &fh->ctl);
+		if (rc) {
+			fh->kind = FH_TEXT;
+			fh_free(fs, fh);
+			reply_rc(req, rc);
+			return;
+		}
+		fi->direct_io = 1;
+		fi->nonseekable = 1;
+		fi->fh = (uintptr_t)fh;
+		if (fuse_reply_open(req, fi) == -ENOENT)
+			fh_free(fs, fh);
+		return;
+	}
 	if (ino == KVFS_INO_STATS) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 			fuse_reply_err(req, EACCES);
@@ -454,6 +500,8 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 	 * them across opens: mmap re-reads run at page-cache speed.
 	 */
 	fi->keep_cache = 1;
+	/* Nothing to do at close for a reader: spare the round trip. */
+	fi->noflush = 1;
 	fi->fh = (uintptr_t)fh;
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fh_free(fs, fh);
@@ -523,6 +571,21 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					       ? size
 					       : fh->text_len - (size_t)off);
 		return;
+	case FH_CTL:
+		/* The response of the last write, once. */
+		pthread_mutex_lock(&fh->lock);
+		if (!fh->text) {
+			fuse_reply_buf(req, NULL, 0);
+		} else if (size < fh->text_len) {
+			fuse_reply_err(req, EMSGSIZE);
+		} else {
+			fuse_reply_buf(req, fh->text, fh->text_len);
+			free(fh->text);
+			fh->text = NULL;
+			fh->text_len = 0;
+		}
+		pthread_mutex_unlock(&fh->lock);
+		return;
 	case FH_WRITE:
 		fuse_reply_err(req, EBADF);
 		return;
@@ -554,12 +617,49 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 }
 
+/*
+ * The write-then-read transport: the whole request in one write; its
+ * response waits for the next read on the same descriptor. A request
+ * split over several writes is refused rather than buffered: a client
+ * that does so has a bug, and a partial request must never run.
+ */
+static void ctl_write(fuse_req_t req, struct kvfs_fh *fh, const char *buf,
+		      size_t size)
+{
+	void *resp;
+	size_t rlen;
+	int rc;
+
+	if (size > KVFS_CTL_MAX_SIZE) {
+		kvfs_warn("ctl: request of %zu bytes exceeds %u", size,
+			  KVFS_CTL_MAX_SIZE);
+		fuse_reply_err(req, EMSGSIZE);
+		return;
+	}
+	rc = kvfs_ctl_exec(fh->ctl, fuse_req_ctx(req)->pid, buf, size,
+			   KVFS_CTL_MAX_SIZE, &resp, &rlen);
+	if (rc) {
+		reply_rc(req, rc);
+		return;
+	}
+	pthread_mutex_lock(&fh->lock);
+	free(fh->text);
+	fh->text = resp;
+	fh->text_len = rlen;
+	pthread_mutex_unlock(&fh->lock);
+	fuse_reply_write(req, size);
+}
+
 static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		       size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct kvfs_fh *fh = fh_of(fi);
 	int rc;
 
+	if (fh->kind == FH_CTL) {
+		ctl_write(req, fh, buf, size);
+		return;
+	}
 	if (fh->kind != FH_WRITE) {
 		fuse_reply_err(req, EBADF);
 		return;
@@ -599,6 +699,11 @@ static void kvfs_flush(fuse_req_t req, fuse_ino_t ino,
 		pthread_mutex_lock(&fh->lock);
 		rc = fh_commit(fs_of(req), fh);
 		pthread_mutex_unlock(&fh->lock);
+	} else if (fh->kind == FH_CTL) {
+		/* Sent synchronously on close() and at process exit: the
+		 * closing process's leases are back before it returns.
+		 */
+		kvfs_ctl_flush(fh->ctl, fuse_req_ctx(req)->pid);
 	}
 	reply_rc(req, rc);
 }
@@ -764,6 +869,8 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 		return snprintf(v, len, "%d", bi.persisted ? 1 : 0);
 	if (!strcmp(name, "category"))
 		return snprintf(v, len, "%u", bi.category);
+	if (!strcmp(name, "leases"))
+		return snprintf(v, len, "%u", bi.leases);
 	if (!strcmp(name, "pin")) {
 		if (!bi.pins)
 			return -ENODATA;
@@ -774,7 +881,7 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 
 static const char *const block_xattrs[] = {
 	"tier", "tokens", "parent", "hits", "last_access", "depth",
-	"durable", "category", "pin",
+	"durable", "category", "leases", "pin",
 };
 
 static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,
@@ -889,12 +996,9 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	v[strcspn(v, "\n")] = 0;
 	if (!strcmp(name, XATTR_PREFIX "pin")) {
 		tier = kvfs_tier_parse(v);
-		if (tier < 0 || tier == KVFS_TIER_GPU) {
-			kvfs_warn("setxattr %s=%s: expected dram or ssd%s",
-				  name, v,
-				  tier == KVFS_TIER_GPU
-					  ? " (no GPU tier configured)"
-					  : "");
+		if (tier < 0) {
+			kvfs_warn("setxattr %s=%s: expected gpu, dram or ssd",
+				  name, v);
 			rc = -EINVAL;
 		} else {
 			rc = kvfs_cache_pin(fs->c, b, tier);
@@ -956,6 +1060,59 @@ static void kvfs_removexattr(fuse_req_t req, fuse_ino_t ino,
 	reply_rc(req, rc);
 }
 
+static void kvfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
+		       void *arg, struct fuse_file_info *fi, unsigned flags,
+		       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	struct kvfs_fh *fh = fh_of(fi);
+	const struct kvfs_ctl_req *r = in_buf;
+	void *resp;
+	size_t rlen;
+	int rc;
+
+	if (ino != KVFS_INO_CTL || fh->kind != FH_CTL) {
+		/* cp tries FICLONE and friends: not a block operation. */
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if (_IOC_TYPE(cmd) != KVFS_IOC_TYPE ||
+	    _IOC_SIZE(cmd) != KVFS_CTL_MSG_SIZE ||
+	    _IOC_NR(cmd) < KVFS_IOC_NR(1) ||
+	    _IOC_NR(cmd) > KVFS_IOC_NR(KVFS_CTL_OP_MAX) ||
+	    _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE)) {
+		kvfs_warn("ctl: unknown ioctl 0x%x", cmd);
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (in_bufsz != KVFS_CTL_MSG_SIZE || out_bufsz != KVFS_CTL_MSG_SIZE) {
+		kvfs_warn("ctl: ioctl buffer of %zu/%zu bytes, expected %u",
+			  in_bufsz, out_bufsz, KVFS_CTL_MSG_SIZE);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (r->op != _IOC_NR(cmd) - KVFS_IOC_NR(0)) {
+		kvfs_warn("ctl: ioctl 0x%x carries op %u", cmd, r->op);
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/* The message is fixed-size: the request's own size says how much
+	 * of it is the request.
+	 */
+	rc = kvfs_ctl_exec(fh->ctl, fuse_req_ctx(req)->pid, in_buf,
+			   r->size <= KVFS_CTL_MSG_SIZE ? r->size : in_bufsz,
+			   KVFS_CTL_MSG_SIZE, &resp, &rlen);
+	if (rc) {
+		reply_rc(req, rc);
+		return;
+	}
+	fuse_reply_ioctl(req, 0, resp, rlen);
+	free(resp);
+}
+
 static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* Blocks are megabytes: move them in large requests. */
@@ -990,4 +1147,5 @@ const struct fuse_lowlevel_ops kvfs_fuse_ops = {
 	.listxattr = kvfs_listxattr,
 	.setxattr = kvfs_setxattr,
 	.removexattr = kvfs_removexattr,
+	.ioctl = kvfs_ioctl,
 };

@@ -11,7 +11,7 @@
 #ifndef KVFS_FS_FUSE_OPS_H
 #define KVFS_FS_FUSE_OPS_H
 
-#define FUSE_USE_VERSION 35
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
 struct kvfs_cache;

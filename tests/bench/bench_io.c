@@ -55,6 +55,7 @@ enum bench_flags {
 	BF_DROP = 1 << 0, /* drop the file's page cache before each sample */
 	BF_HOLD = 1 << 1, /* open once, outside the timed region */
 	BF_DIRECT = 1 << 2, /* open the kvfs file with O_DIRECT */
+	BF_ALL = 1 << 3,    /* print every sample, not just the summary */
 };
 
 struct opts {
@@ -136,6 +137,16 @@ static void report(const struct opts *o, const char *unit,
 	const char *bn = o->bname ? o->bname : "baseline";
 	FILE *f;
 
+	if (o->flags & BF_ALL) {
+		for (int j = 0; j < 2; j++) {
+			const struct samples *s = j ? b : k;
+
+			printf("    %-10s samples:", j ? bn : kn);
+			for (unsigned i = 0; i < s->n; i++)
+				printf(" %.2f", s->v[i]);
+			printf("\n");
+		}
+	}
 	if (k->n)
 		printf("    %-10s %9.2f %s  (median of %u; min %.2f, max %.2f)\n",
 		       kn, mk, unit, k->n, k->v[0], k->v[k->n - 1]);
@@ -166,8 +177,10 @@ static int file_size(const char *path, size_t *size)
 
 	*size = 0;
 	if (stat(path, &st)) {
-		fprintf(stderr, "bench_io: %s: %s\n", path, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		fprintf(stderr, "bench_io: %s: %s\n", path, strerror(err));
+		return -err;
 	}
 	*size = (size_t)st.st_size;
 	return 0;
@@ -334,7 +347,7 @@ static int cmd_rw(const struct opts *o, enum rw_mode mode, const char *kdir,
 	}
 	for (int i = 0; i < n; i++) {
 		for (int j = 0; j < 2; j++) {
-			double t;
+			double t = 0;
 
 			if (o->flags & BF_HOLD) {
 				held[i][j] = open(path[i][j],
@@ -360,7 +373,7 @@ static int cmd_rw(const struct opts *o, enum rw_mode mode, const char *kdir,
 		int i = (int)(it % (unsigned)n);
 
 		for (int j = 0; j < 2; j++) {
-			double t;
+			double t = 0;
 
 			if (o->flags & BF_DROP) {
 				long left = drop_cache(path[i][j], size);
@@ -464,8 +477,10 @@ static int load_map(const char *path, struct extent_ent *e, unsigned max,
 	char line[256];
 
 	if (!f) {
-		fprintf(stderr, "bench_io: %s: %s\n", path, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		fprintf(stderr, "bench_io: %s: %s\n", path, strerror(err));
+		return -err;
 	}
 	*n = 0;
 	while (*n < max && fgets(line, sizeof(line), f))
@@ -552,7 +567,7 @@ static int cmd_ssd(const struct opts *o)
 	for (unsigned i = 0; i + 1 < n && k->n < o->iters; i += 2) {
 		char path[4096];
 		size_t size = 0;
-		double t;
+		double t = 0;
 
 		snprintf(path, sizeof(path), "%s/%s", o->dir, e[i].name);
 		if (!tier_is_ssd_only(path) || file_size(path, &size)) {
@@ -611,8 +626,10 @@ static int load_blocks(const char *dir, struct block_file *f, unsigned max,
 	int rc = 0;
 
 	if (!d) {
-		fprintf(stderr, "bench_io: %s: %s\n", dir, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		fprintf(stderr, "bench_io: %s: %s\n", dir, strerror(err));
+		return -err;
 	}
 	*n = 0;
 	while (*n < max && (de = readdir(d))) {
@@ -636,10 +653,14 @@ static int load_blocks(const char *dir, struct block_file *f, unsigned max,
 		rc = fd < 0 ? -errno : read_all(fd, f[*n].buf, len, len);
 		if (fd >= 0)
 			close(fd);
-		if (rc)
+		if (rc) {
+			free(f[*n].buf);
+			f[*n].buf = NULL;
 			break;
+		}
 		f[*n].len = len;
-		snprintf(f[*n].name, sizeof(f->name), "%s", de->d_name);
+		/* The length was checked above. */
+		memcpy(f[*n].name, de->d_name, strlen(de->d_name) + 1);
 		(*n)++;
 	}
 	closedir(d);
@@ -764,15 +785,19 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage:\n"
-		"  bench_io read   [--drop] [--hold] [--direct] [--bs SIZE] KVFS_DIR BASE_DIR NAME...\n"
-		"  bench_io mmap   [--hold] KVFS_DIR BASE_DIR NAME...\n"
-		"  bench_io open   KVFS_DIR BASE_DIR NAME...   (open + close)\n"
-		"  bench_io extents STORE FILE...   (store unmounted)\n"
-		"  bench_io ssd    --dir DIR --map MAPFILE --data DATAFILE [--direct] [--bs SIZE]\n"
-		"  bench_io create [--stats MNT/.kvfs/stats] SRC_DIR KVFS_DIR BASE_DIR\n"
-		"common: --iters N (samples, or repetitions for create),\n"
+		"  bench_io read    [--drop] [--hold] [--direct] [--bs SIZE]\n"
+		"                   KVFS_DIR BASE_DIR NAME...\n"
+		"  bench_io mmap    [--hold] KVFS_DIR BASE_DIR NAME...\n"
+		"  bench_io open    KVFS_DIR BASE_DIR NAME...  (open + close)\n"
+		"  bench_io extents STORE FILE...  (the store unmounted)\n"
+		"  bench_io ssd     --dir DIR --map MAPFILE --data DATAFILE\n"
+		"                   [--direct] [--bs SIZE]\n"
+		"  bench_io create  [--stats MNT/.kvfs/stats]\n"
+		"                   SRC_DIR KVFS_DIR BASE_DIR\n"
+		"common: --iters N (samples; repetitions for create),\n"
+		"  --all (print every sample, sorted), --names K,B,\n"
 		"  --label L, --target T, --summary FILE (appends\n"
-		"  \"label|kvfs|base|unit|ratio|target\"), --names K,B\n"
+		"  \"label|kvfs|base|unit|ratio|target\")\n"
 		"Prints medians and the ratio kvfs/baseline; asserts nothing.\n");
 }
 
@@ -784,6 +809,7 @@ int main(int argc, char **argv)
 		{ "drop", no_argument, NULL, 'D' },
 		{ "hold", no_argument, NULL, 'H' },
 		{ "direct", no_argument, NULL, 'O' },
+		{ "all", no_argument, NULL, 'A' },
 		{ "label", required_argument, NULL, 'l' },
 		{ "summary", required_argument, NULL, 's' },
 		{ "target", required_argument, NULL, 't' },
@@ -838,6 +864,9 @@ int main(int argc, char **argv)
 			break;
 		case 'O':
 			o.flags |= BF_DIRECT;
+			break;
+		case 'A':
+			o.flags |= BF_ALL;
 			break;
 		case 'l':
 			o.label = optarg;

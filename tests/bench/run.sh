@@ -19,7 +19,7 @@
 #                        at 128 KiB)
 set -u
 export LC_ALL=C
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 
 BUILD=${BUILD:-build}
 case "$BUILD" in
@@ -53,7 +53,7 @@ MNT=$WORK/mnt
 NS=m
 SUMMARY=$WORK/summary
 KVFS_PID=
-RA_KB=?
+RA_KB='?'
 mkdir -p "$MNT" "$SHM/read" "$SHM/src" "$SHM/create"
 : >"$SUMMARY"
 
@@ -76,6 +76,7 @@ unmount() {
 	fi
 }
 
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	unmount
 	rm -rf "$WORK" "$SHM"
@@ -108,7 +109,7 @@ tier_of() {
 
 # figure TITLE CMD...: print the title and the command, then run it.
 figure() {
-	local title=$1 cmd= a
+	local title=$1 cmd='' a
 	shift
 	for a in "$@"; do
 		case "$a" in
@@ -187,31 +188,42 @@ for n in "${NAMES[@]}"; do
 	cp "$MNT/$NS/$n" "$SHM/read/$n" || die "cp $n failed"
 done
 size=$(stat -c %s "$MNT/$NS/${NAMES[0]}")
-echo "  blocks:  ${#ALL[@]} of $size bytes; the DRAM figures rotate through ${#NAMES[@]}"
-echo "  mount:   tier of ${NAMES[0]}: $(tier_of "$MNT/$NS/${NAMES[0]}"); read_ahead_kb $RA_KB"
+echo "  blocks:  ${#ALL[@]} of $size bytes;" \
+	"the DRAM figures rotate through ${#NAMES[@]}"
+echo "  mount:   tier of ${NAMES[0]}: $(tier_of "$MNT/$NS/${NAMES[0]}");" \
+	"read_ahead_kb $RA_KB"
 
 # --- 0. the fixed cost of a file through FUSE ----------------------------
-figure "[0] open + close of a block (diagnostic: the per-file cost inside the read figures)" \
+t="[0] open + close of a block (diagnostic: the per-file cost"
+t+=" inside the read figures)"
+figure "$t" \
 	"$BIO" open --iters "$ITERS" --names kvfs,tmpfs \
 	--label "[0] open + close" \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 
 # --- 1. read() of DRAM-resident blocks -----------------------------------
-figure "[1a] read() of a DRAM block, first read through FUSE (page cache dropped with POSIX_FADV_DONTNEED before each sample, untimed)" \
+t="[1a] read() of a DRAM block, first read through FUSE (page cache"
+t+=" dropped with POSIX_FADV_DONTNEED before each sample, untimed)"
+figure "$t" \
 	"$BIO" read --drop --iters "$ITERS" --names kvfs,tmpfs \
 	--label "[1a] read() first read" --target 0.50 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
-figure "[1b] read() of a DRAM block, page-cache re-read (open + read + close)" \
+t="[1b] read() of a DRAM block, page-cache re-read (open + read + close)"
+figure "$t" \
 	"$BIO" read --iters "$ITERS" --names kvfs,tmpfs \
 	--label "[1b] read() page-cache re-read" --target 0.50 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
-figure "[1c] read() of a DRAM block opened with O_DIRECT (no page cache: one copy, daemon to reader)" \
+t="[1c] read() of a DRAM block opened with O_DIRECT (no page cache:"
+t+=" one copy, daemon to reader)"
+figure "$t" \
 	"$BIO" read --direct --iters "$ITERS" --names kvfs,tmpfs \
 	--label "[1c] read() O_DIRECT" --target 0.50 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
 
 # --- 2. mmap re-read -----------------------------------------------------
-figure "[2a] mmap re-read (open + mmap + copy out + munmap + close, pages cached)" \
+t="[2a] mmap re-read (open + mmap + copy out + munmap + close, pages"
+t+=" cached)"
+figure "$t" \
 	"$BIO" mmap --iters "$ITERS" --names kvfs,tmpfs \
 	--label "[2a] mmap re-read" --target 0.90 \
 	"$MNT/$NS" "$SHM/read" "${NAMES[@]}"
@@ -232,7 +244,10 @@ tail -n +"$((half + 1))" "$WORK/extents" >"$WORK/extents.b"
 mount_kvfs
 echo
 echo "  remounted: tier of ${ALL[0]}: $(tier_of "$MNT/$NS/${ALL[0]}")"
-figure "[3a] read() of an SSD-only block (io_uring O_DIRECT + checksums + FUSE), against an O_DIRECT pread of another block's extent in data.kvd" \
+t="[3a] read() of an SSD-only block (io_uring O_DIRECT + checksums +"
+t+=" FUSE), against an O_DIRECT pread of another block's extent in"
+t+=" data.kvd"
+figure "$t" \
 	"$BIO" ssd --iters "$SSD_ITERS" --names kvfs,O_DIRECT \
 	--label "[3a] SSD block read()" --target 0.80 \
 	--dir "$MNT/$NS" --map "$WORK/extents.a" --data "$STORE/data.kvd"
@@ -246,7 +261,9 @@ figure "[3b] the same, the kvfs file opened with O_DIRECT" \
 "$BIN/kvfs-gen" write "$SHM/src" "${GEOM[@]}" --prefixes 1 \
 	--blocks "$CREATE_BLOCKS" --shared 0 --seed 4242 --quiet ||
 	die "kvfs-gen write to tmpfs failed"
-figure "[4] block creates (open O_CREAT + write 2 MiB + close; kvfs validates and commits to DRAM on close, write-back drained between repetitions)" \
+t="[4] block creates (open O_CREAT + write 2 MiB + close; kvfs validates"
+t+=" and commits to DRAM on close; write-back drained between repetitions)"
+figure "$t" \
 	"$BIO" create --iters "$CREATE_REPS" --stats "$MNT/.kvfs/stats" \
 	--names kvfs,tmpfs --label "[4] block creates" \
 	"$SHM/src" "$MNT/$NS" "$SHM/create"
@@ -256,9 +273,11 @@ echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
 echo
 echo "summary (medians; ratio = kvfs / baseline, higher is better)"
-printf '  %-32s %11s %11s %-10s %6s %7s\n' figure kvfs baseline unit ratio target
+row='  %-32s %11s %11s %-10s %6s %7s\n'
+# shellcheck disable=SC2059 # the format is ours
+printf "$row" figure kvfs baseline unit ratio target
 while IFS='|' read -r label k b unit ratio target; do
-	printf '  %-32s %11s %11s %-10s %6s %7s\n' "$label" "$k" "$b" "$unit" \
-		"$ratio" "$target"
+	# shellcheck disable=SC2059
+	printf "$row" "$label" "$k" "$b" "$unit" "$ratio" "$target"
 done <"$SUMMARY"
 exit 0

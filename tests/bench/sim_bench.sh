@@ -118,7 +118,7 @@ echo
 echo "### Multi-tier"
 multi "Mooncake: GPU 2%, DRAM 10%, SSD 20% of unique blocks" \
 	"$MOON --gpu-blocks 878 --dram-blocks 4392 --ssd-blocks 8785"
-multi "Few-shot, paper 000's two tiers: GPU 1%, host DRAM = GPU" \
+multi "Few-shot, paper 000's two tiers: GPU 0.5%, host DRAM = GPU" \
 	"--gen fewshot --gpu-blocks 513 --dram-blocks 513"
 
 # shellcheck disable=SC2086

@@ -56,6 +56,24 @@ t_errno() {
 	fi
 }
 
+# t_cmocka TAG PROGRAM [ARGS...]: run a cmocka program against the mount
+# and count each of its tests as one of ours.
+t_cmocka() {
+	local tag=$1 out rc name res
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	while read -r name res; do
+		if [ "$res" = OK ]; then t_ok "$tag: $name"; else t_fail "$tag: $name"; fi
+	done < <(awk '/^\[ RUN      \]/ { cur = $4; next }
+		/^\[       OK \]/ && cur != "" { print cur, "OK"; cur = ""; next }
+		/^\[  FAILED  \]/ && cur != "" { print cur, "FAILED"; cur = "" }' <<<"$out")
+	if [ "$rc" -ne 0 ]; then
+		t_fail "$tag: $1 exited $rc"
+		printf '%s\n' "$out" | grep -v '^\[ *\(RUN\|OK\) ' | sed 's/^/#   /' | tail -n 30
+	fi
+}
+
 kvfs_unmount() {
 	if mountpoint -q "$MNT" 2>/dev/null; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT"

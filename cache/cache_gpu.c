@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device tier inside the engine: loading blocks into the pool in
+ * batches, evicting from it through the policy (a victim goes through the
+ * policy's admission into DRAM), and leases.
+ *
+ * The pool holds a block's whole file image, so a copy can go back to DRAM
+ * without touching the SSD; clients are given the payload's offset.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_i.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+#define container_of(p, t, m) ((t *)((char *)(p) - offsetof(t, m)))
+
+static struct kvfs_block *pn_block(struct kvfs_pnode *n)
+{
+	return container_of(n, struct kvfs_block, pn);
+}
+
+uint64_t kvfs_block_payload_off(const struct kvfs_block *b)
+{
+	return kvfs_fmt_payload_off(b->n_tokens);
+}
+
+static bool ok_gpu(struct kvfs_pnode *n, void *arg)
+{
+	struct kvfs_block *b = pn_block(n);
+
+	return !atomic_load(&b->leases) &&
+	       !(atomic_load(&b->pins) & KVFS_TIER_BIT_GPU) &&
+	       !(atomic_load(&b->flags) & KVFS_B_DELETED);
+}
+
+/* Caller holds c->policy_lock. */
+static int gpu_unpublish(struct kvfs_cache *c, struct kvfs_block *b,
+			 struct kvfs_extent *out)
+{
+	pthread_mutex_lock(&b->lock);
+	if (!b->gpu.len) {
+		pthread_mutex_unlock(&b->lock);
+		return -ENOENT;
+	}
+	if (atomic_load(&b->leases)) {
+		pthread_mutex_unlock(&b->lock);
+		return -EBUSY;
+	}
+	*out = b->gpu;
+	memset(&b->gpu, 0, sizeof(b->gpu));
+	atomic_fetch_and(&b->tiers, ~(unsigned)KVFS_TIER_BIT_GPU);
+	pthread_mutex_unlock(&b->lock);
+	kvfs_policy_remove(c->policy, KVFS_TIER_GPU, &b->pn);
+	return 0;
+}
+
+/*
+ * Move @b out of the pool. If the policy admits it into DRAM and DRAM has
+ * no copy, the image is copied down first; otherwise the copies below (an
+ * SSD copy always exists for a block without a DRAM copy) serve it.
+ * -EBUSY while leased.
+ */
+static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_extent gx, dx = { 0 };
+	bool admit;
+	int rc;
+
+	pthread_mutex_lock(&c->policy_lock);
+	admit = kvfs_policy_admit(c->policy, KVFS_TIER_GPU, KVFS_TIER_DRAM,
+				  &b->pn);
+	rc = gpu_unpublish(c, b, &gx);
+	pthread_mutex_unlock(&c->policy_lock);
+	if (rc)
+		return rc;
+	if (admit && !atomic_load(&b->dram_ptr) &&
+	    kvfs_dram_reserve(c, gx.len, &dx) == 0) {
+		pthread_mutex_lock(&b->io_lock);
+		if (atomic_load(&b->dram_ptr) ||
+		    gpu->ops->read(gpu, &gx, 0, dx.ptr, gx.len)) {
+			c->tier[KVFS_TIER_DRAM]->ops->free(
+				c->tier[KVFS_TIER_DRAM], &dx);
+		} else {
+			pthread_mutex_lock(&c->policy_lock);
+			pthread_mutex_lock(&b->lock);
+			b->dram = dx;
+			atomic_store(&b->dram_ptr, dx.ptr);
+			atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
+			pthread_mutex_unlock(&b->lock);
+			struct kvfs_paccess a = { .now = kvfs_util_now_real() };
+			kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn,
+					   &a);
+			pthread_mutex_unlock(&c->policy_lock);
+			atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
+		}
+		pthread_mutex_unlock(&b->io_lock);
+	}
+	gpu->ops->free(gpu, &gx);
+	atomic_fetch_sub(&gpu->st.blocks, 1);
+	atomic_fetch_add(&gpu->st.evictions, 1);
+	return 0;
+}
+
+int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	if (!c->tier[KVFS_TIER_GPU])
+		return -EINVAL;
+	return gpu_demote(c, b);
+}
+
+static int gpu_reserve(struct kvfs_cache *c, uint64_t len,
+		       struct kvfs_extent *e, bool evict)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_pnode *v;
+	struct kvfs_block *b;
+	int rc;
+
+	if (len > gpu->capacity)
+		return -ENOSPC;
+	for (;;) {
+		rc = gpu->ops->alloc(gpu, len, e);
+		if (rc != -ENOSPC || !evict)
+			return rc;
+		pthread_mutex_lock(&c->policy_lock);
+		kvfs_cache_drain_touches(c);
+		v = kvfs_policy_victim(c->policy, KVFS_TIER_GPU, ok_gpu, NULL);
+		b = v ? pn_block(v) : NULL;
+		if (b)
+			kvfs_block_get_ref(b);
+		pthread_mutex_unlock(&c->policy_lock);
+		if (!b)
+			return -ENOSPC; /* everything there is leased or pinned */
+		rc = gpu_demote(c, b);
+		kvfs_cache_put(c, b);
+		if (rc && rc != -EBUSY && rc != -ENOENT)
+			return rc;
+	}
+}
+
+/* A host image of @b to copy from: its DRAM copy (held by an open count
+ * so it cannot be dropped) or a private copy loaded from the SSD.
+ */
+struct host_img {
+	struct kvfs_reader r;
+	const void *p;
+};
+
+static int host_img_get(struct kvfs_cache *c, struct kvfs_block *b,
+			struct host_img *h)
+{
+	size_t n;
+	int rc;
+
+	kvfs_block_get_ref(b);
+	rc = kvfs_cache_reader_init(c, &h->r, b);
+	if (rc)
+		return rc;
+	rc = kvfs_cache_read_begin(c, &h->r, 0, b->size, &h->p, &n);
+	if (rc) {
+		kvfs_cache_reader_release(c, &h->r);
+		return rc;
+	}
+	return 0;
+}
+
+static void host_img_put(struct kvfs_cache *c, struct host_img *h)
+{
+	kvfs_cache_read_end(c, &h->r);
+	kvfs_cache_reader_release(c, &h->r);
+}
+
+/*
+ * Make @n blocks resident in the pool, in one batch: reserve extents,
+ * gather host images, one upload, then publish. Concurrent callers are
+ * serialised, so a block wanted by two fetchers is loaded once.
+ */
+int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
+		  unsigned flags)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_gpu_xfer *x = NULL;
+	struct kvfs_extent *ext = NULL;
+	struct host_img *img = NULL;
+	size_t m = 0;
+	int rc = 0;
+
+	if (!gpu)
+		return -EINVAL;
+	if (!(flags & KVFS_GPU_TRYLOCK))
+		pthread_mutex_lock(&c->gpu_load_lock);
+	else if (pthread_mutex_trylock(&c->gpu_load_lock))
+		return -EBUSY;
+	x = calloc(n ? n : 1, sizeof(*x));
+	ext = calloc(n ? n : 1, sizeof(*ext));
+	img = calloc(n ? n : 1, sizeof(*img));
+	if (!x || !ext || !img) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct kvfs_block *b = blocks[i];
+		bool dup = false;
+
+		if (b->gpu.len)
+			continue;
+		for (size_t j = 0; j < i; j++)
+			dup |= blocks[j] == b;
+		if (dup)
+			continue;
+		rc = gpu_reserve(c, b->size, &ext[m],
+				 !(flags & KVFS_GPU_NOEVICT));
+		if (rc)
+			goto out_undo;
+		rc = host_img_get(c, b, &img[m]);
+		if (rc) {
+			gpu->ops->free(gpu, &ext[m]);
+			goto out_undo;
+		}
+		x[m].pool = &ext[m];
+		x[m].host = (void *)img[m].p;
+		x[m].len = b->size;
+		m++;
+	}
+	if (m) {
+		rc = c->gops->upload(gpu, x, m);
+		if (rc)
+			goto out_undo;
+	}
+	pthread_mutex_lock(&c->policy_lock);
+	for (size_t i = 0; i < m; i++) {
+		struct kvfs_block *b = img[i].r.b;
+		struct kvfs_paccess a = { .now = kvfs_util_now_real() };
+
+		pthread_mutex_lock(&b->lock);
+		b->gpu = ext[i];
+		atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_GPU);
+		pthread_mutex_unlock(&b->lock);
+		kvfs_policy_insert(c->policy, KVFS_TIER_GPU, &b->pn, &a);
+		atomic_fetch_add(&gpu->st.blocks, 1);
+		atomic_fetch_add(&gpu->st.bytes_written, b->size);
+	}
+	pthread_mutex_unlock(&c->policy_lock);
+	for (size_t i = 0; i < m; i++)
+		host_img_put(c, &img[i]);
+	goto out_unlock;
+
+out_undo:
+	for (size_t i = 0; i < m; i++) {
+		gpu->ops->free(gpu, &ext[i]);
+		host_img_put(c, &img[i]);
+	}
+out_unlock:
+	pthread_mutex_unlock(&c->gpu_load_lock);
+	free(x);
+	free(ext);
+	free(img);
+	return rc;
+}

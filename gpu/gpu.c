@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the shm and cuda backends share: the pool allocator and the checks
+ * made on every batch before anything is copied, so that both backends
+ * reject exactly the same input.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cache/extent.h"
+#include "cache/tier.h"
+#include "cache/tier_i.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_i.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+const struct kvfs_gpu_ops *kvfs_gpu_ops_of(struct kvfs_tier *t)
+{
+	if (!t)
+		return NULL;
+	if (t->ops == &kvfs_gpu_shm_tier_ops)
+		return ((struct kvfs_gpu_tier *)t)->gops;
+#ifdef KVFS_HAVE_CUDA
+	if (t->ops == &kvfs_gpu_cuda_tier_ops)
+		return ((struct kvfs_gpu_tier *)t)->gops;
+#endif
+	return NULL;
+}
+
+int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint64_t capacity)
+{
+	int err = kvfs_extent_init(&p->map, 0, capacity, KVFS_GPU_ALIGN);
+
+	if (err)
+		return err;
+	err = pthread_mutex_init(&p->lock, NULL);
+	if (err) {
+		kvfs_extent_release(&p->map);
+		return -err;
+	}
+	return 0;
+}
+
+void kvfs_gpu_pool_release(struct kvfs_gpu_pool *p)
+{
+	kvfs_extent_release(&p->map);
+	pthread_mutex_destroy(&p->lock);
+}
+
+int kvfs_gpu_pool_alloc(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const char *who, uint64_t len, struct kvfs_extent *e)
+{
+	uint64_t off;
+	int err;
+
+	if (!len) {
+		kvfs_err("%s: allocation of 0 bytes", who);
+		return -EINVAL;
+	}
+	if (len > t->capacity)
+		return -ENOSPC;
+	len = kvfs_util_align_up(len, KVFS_GPU_ALIGN);
+	pthread_mutex_lock(&p->lock);
+	err = kvfs_extent_alloc(&p->map, len, &off);
+	pthread_mutex_unlock(&p->lock);
+	if (err)
+		return err;
+	atomic_fetch_add(&t->used, len);
+	e->off = off;
+	e->len = len;
+	e->ptr = NULL;
+	return 0;
+}
+
+void kvfs_gpu_pool_free(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const struct kvfs_extent *e)
+{
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	err = kvfs_extent_free(&p->map, e->off, e->len);
+	pthread_mutex_unlock(&p->lock);
+	/* A bad or double free is logged by the map and changes nothing. */
+	if (!err)
+		atomic_fetch_sub(&t->used, e->len);
+}
+
+int kvfs_gpu_pool_claim(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const struct kvfs_extent *e)
+{
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	err = kvfs_extent_claim(&p->map, e->off, e->len);
+	pthread_mutex_unlock(&p->lock);
+	if (!err)
+		atomic_fetch_add(&t->used, e->len);
+	return err;
+}
+
+int kvfs_gpu_name_check(const char *name, size_t max, const char *who,
+			const char *what)
+{
+	size_t len;
+
+	if (!name) {
+		kvfs_err("%s: %s: no shm name", who, what);
+		return -EINVAL;
+	}
+	len = strnlen(name, max);
+	if (len == max) {
+		kvfs_err("%s: %s: shm name not NUL-terminated within %zu bytes",
+			 who, what, max);
+		return -EINVAL;
+	}
+	if (name[0] != '/' || len < 2 || memchr(name + 1, '/', len - 1)) {
+		kvfs_err("%s: %s: bad shm name \"%s\": want \"/\" then a "
+			 "name without '/'", who, what, name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int pool_side_ok(const struct kvfs_tier *t, const struct kvfs_extent *e,
+			uint64_t off, uint64_t len)
+{
+	return e->off <= t->capacity && e->len <= t->capacity - e->off &&
+	       kvfs_tier_in_extent(e, off, len);
+}
+
+int kvfs_gpu_ext_check(const struct kvfs_tier *t, const struct kvfs_extent *e,
+		       uint64_t off, const void *buf, uint64_t len,
+		       const char *who, const char *what)
+{
+	if (!e || !pool_side_ok(t, e, off, len) || (len && !buf)) {
+		kvfs_err("%s: %s of [%" PRIu64 ", +%" PRIu64 ") outside the "
+			 "extent [%" PRIu64 ", +%" PRIu64 ") of a %" PRIu64
+			 "-byte pool, or no buffer", who, what, off, len,
+			 e ? e->off : 0, e ? e->len : 0, t->capacity);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvfs_gpu_xfer_check(const struct kvfs_tier *t,
+			const struct kvfs_gpu_xfer *x, size_t n,
+			uint64_t peer_size, unsigned kind, const char *who,
+			const char *what)
+{
+	if (n && !x) {
+		kvfs_err("%s: %s of %zu transfers without an array", who, what,
+			 n);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct kvfs_gpu_xfer *c = &x[i];
+		const char *why = NULL;
+
+		if (kind & KVFS_GPU_X_UPLOAD) {
+			if (!c->pool)
+				why = "no pool extent";
+			else if (c->len && !c->host)
+				why = "no host buffer";
+		} else if (!c->pool && c->len && !c->host) {
+			why = "neither pool extent nor host buffer";
+		}
+		if (!why && c->pool && !pool_side_ok(t, c->pool, c->off,
+						     c->len))
+			why = "pool range outside its extent or the pool";
+		if (!why && (kind & KVFS_GPU_X_PEER) &&
+		    (c->peer_off > peer_size ||
+		     c->len > peer_size - c->peer_off))
+			why = "peer range outside the peer";
+		if (why) {
+			kvfs_err("%s: %s: transfer %zu of %zu (off %" PRIu64
+				 ", peer_off %" PRIu64 ", len %" PRIu64
+				 "): %s; nothing copied", who, what, i, n,
+				 c->off, c->peer_off, c->len, why);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int kvfs_gpu_mem_check(const struct kvfs_ctl_mem *m, uint32_t backend,
+		       const char *who)
+{
+	if (!m) {
+		kvfs_err("%s: peer_open without a descriptor", who);
+		return -EINVAL;
+	}
+	if (m->backend != backend) {
+		kvfs_err("%s: peer of backend %" PRIu32 ", this pool is "
+			 "backend %" PRIu32, who, m->backend, backend);
+		return -EINVAL;
+	}
+	if (!m->size) {
+		kvfs_err("%s: peer of size 0", who);
+		return -EINVAL;
+	}
+	if (backend == KVFS_CTL_BACKEND_SHM)
+		return kvfs_gpu_name_check(m->shm_name, sizeof(m->shm_name),
+					   who, "peer");
+	return 0;
+}
+
+uint64_t kvfs_gpu_peer_size(const struct kvfs_gpu_peer *p)
+{
+	return p ? p->size : 0;
+}
+
+int kvfs_gpu_peer_check(const struct kvfs_tier *t,
+			const struct kvfs_gpu_peer *p, const char *who,
+			const char *what)
+{
+	if (!p || p->t != t) {
+		kvfs_err("%s: %s with %s", who, what,
+			 p ? "a peer another tier opened" : "no peer");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+uint64_t kvfs_gpu_xfer_bytes(const struct kvfs_gpu_xfer *x, size_t n)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < n; i++)
+		sum += x[i].len;
+	return sum;
+}

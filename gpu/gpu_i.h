@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers shared by the device tier backends (gpu/tier_*.c and gpu/gpu.c
+ * only): the pool allocator, the checks every copy goes through before
+ * anything moves, and the ops tables kvfs_gpu_ops_of() recognises.
+ */
+#ifndef KVFS_GPU_GPU_I_H
+#define KVFS_GPU_GPU_I_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/extent.h"
+#include "cache/tier.h"
+#include "fs/kvfs_ctl.h"
+#include "gpu/gpu.h"
+
+/* Allocation unit of a device pool. */
+#define KVFS_GPU_ALIGN 4096u
+
+extern const struct kvfs_tier_ops kvfs_gpu_shm_tier_ops;
+#ifdef KVFS_HAVE_CUDA
+extern const struct kvfs_tier_ops kvfs_gpu_cuda_tier_ops;
+#endif
+
+/*
+ * A client's memory opened with ->peer_open. Owned by the thread that
+ * opened it; every field is immutable until ->peer_close.
+ */
+struct kvfs_gpu_peer {
+	struct kvfs_tier *t;   /* the tier that opened it */
+	unsigned char *base;   /* shm: our mapping; cuda: device pointer */
+	uint64_t size;         /* usable bytes: the descriptor's size */
+	void *priv;            /* the backend's (cuda: its handle cache entry) */
+};
+
+/* ->peer_size of both backends. */
+uint64_t kvfs_gpu_peer_size(const struct kvfs_gpu_peer *p);
+
+/*
+ * @p was opened by @t. 0 or -EINVAL (logged with @who, @what): a peer
+ * handed to another tier would read memory that tier never mapped.
+ */
+int kvfs_gpu_peer_check(const struct kvfs_tier *t,
+			const struct kvfs_gpu_peer *p, const char *who,
+			const char *what);
+
+/* Extent allocator of a pool: offsets in [0, capacity). */
+struct kvfs_gpu_pool {
+	pthread_mutex_t lock;
+	struct kvfs_extent_map map; /* guarded by lock */
+};
+
+/* @capacity: a multiple of KVFS_GPU_ALIGN. 0, -EINVAL or -ENOMEM. */
+int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint64_t capacity);
+void kvfs_gpu_pool_release(struct kvfs_gpu_pool *p);
+
+/*
+ * The tier ops alloc/free/claim over @p, keeping @t->used. Set e->off and
+ * e->len (alloc); the caller sets e->ptr. Errors as in cache/tier.h, logged
+ * with @who ("shm", "cuda"). Take p->lock.
+ */
+int kvfs_gpu_pool_alloc(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const char *who, uint64_t len, struct kvfs_extent *e);
+void kvfs_gpu_pool_free(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const struct kvfs_extent *e);
+int kvfs_gpu_pool_claim(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
+			const struct kvfs_extent *e);
+
+/*
+ * A valid shm object name: "/" then 1..@max-2 bytes, none of them '/',
+ * NUL-terminated within @max bytes (@name need not be a C string: only
+ * @max bytes are read). 0 or -EINVAL, logged with @who and @what.
+ */
+int kvfs_gpu_name_check(const char *name, size_t max, const char *who,
+			const char *what);
+
+/*
+ * [off, off + len) inside extent @e, and @e inside @t's pool; @buf
+ * non-NULL when @len is not 0. 0 or -EINVAL (logged with @who, @what).
+ */
+int kvfs_gpu_ext_check(const struct kvfs_tier *t, const struct kvfs_extent *e,
+		       uint64_t off, const void *buf, uint64_t len,
+		       const char *who, const char *what);
+
+enum kvfs_gpu_xfer_kind {
+	KVFS_GPU_X_PEER = 1 << 0,   /* peer_off + len must fit in the peer */
+	KVFS_GPU_X_UPLOAD = 1 << 1, /* pool and host both required */
+};
+
+/*
+ * Check every transfer of a batch before any copy starts: the pool side
+ * (extent inside the pool, range inside the extent) or a host pointer, and
+ * with KVFS_GPU_X_PEER the peer range inside @peer_size. 0 or -EINVAL with
+ * a log line naming the first bad transfer. @x may be NULL only when @n is
+ * 0.
+ */
+int kvfs_gpu_xfer_check(const struct kvfs_tier *t,
+			const struct kvfs_gpu_xfer *x, size_t n,
+			uint64_t peer_size, unsigned kind, const char *who,
+			const char *what);
+
+/*
+ * The peer descriptor @m names @backend's memory of a non-zero size (and a
+ * valid shm name for shm). 0 or -EINVAL, logged with @who.
+ */
+int kvfs_gpu_mem_check(const struct kvfs_ctl_mem *m, uint32_t backend,
+		       const char *who);
+
+/* Bytes moved by a batch, for the counters. */
+uint64_t kvfs_gpu_xfer_bytes(const struct kvfs_gpu_xfer *x, size_t n);
+
+#endif

@@ -1,0 +1,941 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cuda device tier: a cudaMalloc'd pool on one device, exported once
+ * with cudaIpcGetMemHandle, and copies driven through the CUDA runtime
+ * API only (no kernels).
+ *
+ * Host memory handed to the tier is ordinary pageable memory, which the
+ * copy engines cannot read directly at full speed, so every host<->device
+ * copy goes through pinned staging buffers.  Each stream owns a small
+ * ring of them: while chunk i is in flight, the calling thread packs chunk
+ * i + 1 into the next buffer (host -> device) or unpacks a finished chunk
+ * (device -> host).  A chunk packs as many transfers as fit, and transfers
+ * whose device ranges touch become one cudaMemcpyAsync, so a batch of many
+ * blocks is a few large copies and one synchronisation.
+ *
+ * Streams are independent: a caller takes any free one (trying them from
+ * its own starting point, like the SSD tier's rings) and holds it for the
+ * whole batch; nothing else on the copy path is shared.
+ *
+ * Opened IPC handles are kept in a small cache, since opening one costs
+ * far more than a copy and an engine sends the same handle on every
+ * request.  The cache is per process, not per tier, because the driver
+ * maps a handle once per process and context.  An unused entry stays open
+ * until the cache is full or the last tier is freed; while it is open the
+ * client's allocation stays alive on the device.
+ *
+ * Built only with KVFS_HAVE_CUDA; otherwise kvfs_gpu_cuda_init() says so.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+
+#include "gpu/gpu.h"
+#include "meta/log.h"
+
+#ifndef KVFS_HAVE_CUDA
+
+int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
+		       struct kvfs_tier **out)
+{
+	kvfs_err("cuda: this kvfs was built without the CUDA toolkit");
+	return -EOPNOTSUPP;
+}
+
+#else /* KVFS_HAVE_CUDA */
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "cache/tier.h"
+#include "cache/tier_i.h"
+#include "gpu/gpu_i.h"
+
+#define CUDA_STREAMS 4u
+#define CUDA_SLOTS 4u                 /* staging buffers per stream */
+#define CUDA_SLOT_BYTES (4ull << 20)  /* bytes per staging buffer */
+#define CUDA_IPC_CACHE 16u            /* opened handles kept unused */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) ==
+	       sizeof(((struct kvfs_ctl_mem *)0)->ipc), "IPC handle size");
+
+/* cuMemGetAddressRange, reached through the runtime so that nothing links
+ * against the driver library.
+ */
+typedef CUresult (*cuda_range_fn)(CUdeviceptr *base, size_t *size,
+				  CUdeviceptr ptr);
+
+struct cuda_slot {
+	unsigned char *buf;  /* pinned, CUDA_SLOT_BYTES */
+	cudaEvent_t done;    /* recorded after the copies that use buf */
+	bool busy;           /* done recorded and not yet waited for */
+	/* device -> host: the bytes to unpack once done fires */
+	size_t from_i;       /* first job */
+	uint64_t from_o;     /* offset in that job */
+	uint64_t fill;       /* bytes in buf */
+};
+
+struct cuda_stream {
+	pthread_mutex_t lock;
+	cudaStream_t st;                   /* guarded by lock */
+	struct cuda_slot slot[CUDA_SLOTS]; /* guarded by lock */
+	unsigned next;                     /* guarded by lock: ring position */
+};
+
+/* One opened IPC handle. */
+struct cuda_ipc {
+	uint8_t handle[sizeof(cudaIpcMemHandle_t)];
+	int device;          /* where it is mapped */
+	unsigned char *dptr;
+	uint64_t alloc_size; /* bytes mapped at dptr; 0 when unknown */
+	unsigned refs;       /* open peers using it */
+	uint64_t last_use;   /* ipc_clock at the last open */
+	struct cuda_ipc *next;
+};
+
+struct cuda_tier {
+	struct kvfs_gpu_tier g;
+	int device;                  /* immutable */
+	unsigned char *dpool;        /* device memory; immutable */
+	cudaIpcMemHandle_t ipc;      /* immutable */
+	cuda_range_fn range;         /* immutable; NULL if unavailable */
+	struct kvfs_gpu_pool pool;   /* has its own lock */
+	unsigned nstreams;           /* streams set up; immutable after init */
+	struct cuda_stream streams[CUDA_STREAMS];
+	bool live;                   /* counted in cuda_tiers */
+};
+
+/* The process's opened IPC handles. */
+static pthread_mutex_t cuda_ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda_ipc *cuda_ipcs;  /* guarded by cuda_ipc_lock */
+static unsigned cuda_nipcs;         /* guarded by cuda_ipc_lock */
+static uint64_t cuda_ipc_clock;     /* guarded by cuda_ipc_lock */
+static unsigned cuda_tiers;         /* guarded by cuda_ipc_lock: live tiers */
+
+/* One host<->device copy of a batch. */
+struct cuda_job {
+	unsigned char *dev;
+	unsigned char *host;
+	uint64_t len;
+};
+
+static _Thread_local unsigned cuda_hint;
+static _Thread_local bool cuda_hint_set;
+static atomic_uint cuda_hint_next;
+
+static struct cuda_tier *to_cuda(struct kvfs_tier *t)
+{
+	return (struct cuda_tier *)t;
+}
+
+/* Log a failed call and turn it into an errno. */
+static int cuda_fail(cudaError_t e, const char *call)
+{
+	kvfs_err("cuda: %s: %s (%s)", call, cudaGetErrorString(e),
+		 cudaGetErrorName(e));
+	/* Clear a non-sticky error so that it is not reported twice. */
+	(void)cudaGetLastError();
+	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
+#define CUDA_TRY(call) \
+	({ cudaError_t e_ = (call); e_ == cudaSuccess ? 0 : cuda_fail(e_, #call); })
+
+/* The runtime's current device is per thread: set it on every entry. */
+static int cuda_enter(struct cuda_tier *ct)
+{
+	return CUDA_TRY(cudaSetDevice(ct->device));
+}
+
+static struct cuda_stream *cuda_stream_get(struct cuda_tier *ct)
+{
+	unsigned start;
+
+	if (!cuda_hint_set) {
+		cuda_hint = atomic_fetch_add(&cuda_hint_next, 1);
+		cuda_hint_set = true;
+	}
+	start = cuda_hint % ct->nstreams;
+	for (unsigned i = 0; i < ct->nstreams; i++) {
+		struct cuda_stream *s = &ct->streams[(start + i) % ct->nstreams];
+
+		if (!pthread_mutex_trylock(&s->lock))
+			return s;
+	}
+	pthread_mutex_lock(&ct->streams[start].lock);
+	return &ct->streams[start];
+}
+
+static void cuda_stream_put(struct cuda_stream *s)
+{
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Wait for everything issued on @s; the staging ring is free afterwards. */
+static int cuda_stream_finish(struct cuda_stream *s)
+{
+	int err = CUDA_TRY(cudaStreamSynchronize(s->st));
+
+	for (unsigned k = 0; k < CUDA_SLOTS; k++)
+		s->slot[k].busy = false;
+	return err;
+}
+
+static int cuda_copy(struct cuda_stream *s, void *dst, const void *src,
+		     uint64_t len, enum cudaMemcpyKind kind)
+{
+	return CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)len, kind, s->st));
+}
+
+/* Take the next slot of the ring once its last copies are complete. */
+static struct cuda_slot *cuda_slot_next(struct cuda_stream *s, int *err)
+{
+	struct cuda_slot *sl = &s->slot[s->next];
+
+	if (sl->busy) {
+		*err = CUDA_TRY(cudaEventSynchronize(sl->done));
+		if (*err)
+			return NULL;
+		sl->busy = false;
+	}
+	s->next = (s->next + 1) % CUDA_SLOTS;
+	return sl;
+}
+
+/*
+ * Host -> device for @n jobs on @s, which the caller holds: pack a slot,
+ * issue its copies, pack the next one while they run. Complete on return,
+ * also on error.
+ */
+static int cuda_h2d(struct cuda_stream *s, const struct cuda_job *j, size_t n)
+{
+	size_t i = 0;
+	uint64_t o = 0;
+	int err = 0, fin;
+
+	while (i < n && !err) {
+		struct cuda_slot *sl = cuda_slot_next(s, &err);
+		unsigned char *run_dev = NULL, *run_buf = NULL;
+		uint64_t run_len = 0, fill = 0;
+
+		if (!sl)
+			break;
+		while (i < n && fill < CUDA_SLOT_BYTES && !err) {
+			uint64_t k = j[i].len - o;
+
+			if (k > CUDA_SLOT_BYTES - fill)
+				k = CUDA_SLOT_BYTES - fill;
+			if (k) {
+				memcpy(sl->buf + fill, j[i].host + o, k);
+				if (run_len && run_dev + run_len == j[i].dev + o) {
+					run_len += k;
+				} else {
+					if (run_len)
+						err = cuda_copy(s, run_dev, run_buf,
+								run_len,
+								cudaMemcpyHostToDevice);
+					run_dev = j[i].dev + o;
+					run_buf = sl->buf + fill;
+					run_len = k;
+				}
+				fill += k;
+				o += k;
+			}
+			if (o == j[i].len) {
+				i++;
+				o = 0;
+			}
+		}
+		if (!err && run_len)
+			err = cuda_copy(s, run_dev, run_buf, run_len,
+					cudaMemcpyHostToDevice);
+		if (!err && fill) {
+			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
+			sl->busy = !err;
+		}
+	}
+	fin = cuda_stream_finish(s);
+	return err ? err : fin;
+}
+
+/* Copy a finished device -> host slot out to the jobs' host buffers. */
+static int cuda_unpack(struct cuda_slot *sl, const struct cuda_job *j)
+{
+	size_t i = sl->from_i;
+	uint64_t o = sl->from_o, left = sl->fill, pos = 0;
+	int err = CUDA_TRY(cudaEventSynchronize(sl->done));
+
+	sl->busy = false;
+	if (err)
+		return err;
+	while (left) {
+		uint64_t k = j[i].len - o;
+
+		if (k > left)
+			k = left;
+		memcpy(j[i].host + o, sl->buf + pos, k);
+		pos += k;
+		o += k;
+		left -= k;
+		if (o == j[i].len) {
+			i++;
+			o = 0;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Device -> host for @n jobs on @s: fill slots around the ring, and unpack
+ * a slot when the ring comes back to it, so that up to CUDA_SLOTS - 1
+ * chunks stay in flight while the CPU unpacks.
+ */
+static int cuda_d2h(struct cuda_stream *s, const struct cuda_job *j, size_t n)
+{
+	size_t i = 0;
+	uint64_t o = 0;
+	int err = 0, fin;
+
+	while (i < n && !err) {
+		struct cuda_slot *sl = &s->slot[s->next];
+		unsigned char *run_dev = NULL, *run_buf = NULL;
+		uint64_t run_len = 0, fill = 0;
+
+		if (sl->busy && (err = cuda_unpack(sl, j)))
+			break;
+		s->next = (s->next + 1) % CUDA_SLOTS;
+		sl->from_i = i;
+		sl->from_o = o;
+		while (i < n && fill < CUDA_SLOT_BYTES && !err) {
+			uint64_t k = j[i].len - o;
+
+			if (k > CUDA_SLOT_BYTES - fill)
+				k = CUDA_SLOT_BYTES - fill;
+			if (k) {
+				if (run_len && run_dev + run_len == j[i].dev + o) {
+					run_len += k;
+				} else {
+					if (run_len)
+						err = cuda_copy(s, run_buf, run_dev,
+								run_len,
+								cudaMemcpyDeviceToHost);
+					run_dev = j[i].dev + o;
+					run_buf = sl->buf + fill;
+					run_len = k;
+				}
+				fill += k;
+				o += k;
+			}
+			if (o == j[i].len) {
+				i++;
+				o = 0;
+			}
+		}
+		if (!err && run_len)
+			err = cuda_copy(s, run_buf, run_dev, run_len,
+					cudaMemcpyDeviceToHost);
+		sl->fill = fill;
+		if (!err && fill) {
+			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
+			sl->busy = !err;
+		}
+	}
+	/* Oldest first: the slot after the last one filled. */
+	for (unsigned c = 0; c < CUDA_SLOTS && !err; c++) {
+		struct cuda_slot *sl = &s->slot[(s->next + c) % CUDA_SLOTS];
+
+		if (sl->busy)
+			err = cuda_unpack(sl, j);
+	}
+	fin = cuda_stream_finish(s);
+	return err ? err : fin;
+}
+
+/* Run staged jobs in one direction on a stream of @ct. */
+static int cuda_run(struct cuda_tier *ct, const struct cuda_job *j, size_t n,
+		    bool to_device)
+{
+	struct cuda_stream *s;
+	int err = cuda_enter(ct);
+
+	if (err)
+		return err;
+	s = cuda_stream_get(ct);
+	err = to_device ? cuda_h2d(s, j, n) : cuda_d2h(s, j, n);
+	cuda_stream_put(s);
+	return err;
+}
+
+static unsigned char *cuda_at(struct kvfs_tier *t, const struct kvfs_extent *e,
+			      uint64_t off)
+{
+	return to_cuda(t)->dpool + e->off + off;
+}
+
+/* ---- base tier ops ---- */
+
+static int cuda_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
+{
+	/* ptr stays NULL: the pool is not host-addressable. */
+	return kvfs_gpu_pool_alloc(t, &to_cuda(t)->pool, "cuda", len, e);
+}
+
+static void cuda_free(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	kvfs_gpu_pool_free(t, &to_cuda(t)->pool, e);
+}
+
+static int cuda_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	return kvfs_gpu_pool_claim(t, &to_cuda(t)->pool, e);
+}
+
+static int cuda_write(struct kvfs_tier *t, const struct kvfs_extent *e,
+		      uint64_t off, const void *buf, uint64_t len)
+{
+	struct cuda_job j;
+	int err = kvfs_gpu_ext_check(t, e, off, buf, len, "cuda", "write");
+
+	if (err)
+		return err;
+	j.dev = cuda_at(t, e, off);
+	j.host = (unsigned char *)buf;
+	j.len = len;
+	err = len ? cuda_run(to_cuda(t), &j, 1, true) : 0;
+	kvfs_tier_count(&t->st.writes, &t->st.bytes_written, 1,
+			err ? 0 : len);
+	return err;
+}
+
+static int cuda_read(struct kvfs_tier *t, const struct kvfs_extent *e,
+		     uint64_t off, void *buf, uint64_t len)
+{
+	struct cuda_job j;
+	int err = kvfs_gpu_ext_check(t, e, off, buf, len, "cuda", "read");
+
+	if (err)
+		return err;
+	j.dev = cuda_at(t, e, off);
+	j.host = buf;
+	j.len = len;
+	err = len ? cuda_run(to_cuda(t), &j, 1, false) : 0;
+	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, 1, err ? 0 : len);
+	return err;
+}
+
+static int cuda_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
+{
+	struct cuda_job *j;
+	size_t nj = 0;
+	uint64_t bytes = 0;
+	int err = 0, first = 0;
+
+	if (!n)
+		return 0;
+	j = calloc(n, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		io[i].res = kvfs_gpu_ext_check(t, io[i].ext, io[i].off,
+					       io[i].buf, io[i].len, "cuda",
+					       "readv");
+		if (io[i].res)
+			continue;
+		j[nj].dev = cuda_at(t, io[i].ext, io[i].off);
+		j[nj].host = io[i].buf;
+		j[nj].len = io[i].len;
+		bytes += io[i].len;
+		nj++;
+	}
+	if (nj)
+		err = cuda_run(to_cuda(t), j, nj, false);
+	for (size_t i = 0; i < n; i++) {
+		if (!io[i].res)
+			io[i].res = err;
+		if (io[i].res && !first)
+			first = io[i].res;
+	}
+	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, nj, err ? 0 : bytes);
+	free(j);
+	return first;
+}
+
+static int cuda_sync(struct kvfs_tier *t)
+{
+	/* Every call waits for its own copies before it returns. */
+	return 0;
+}
+
+static void *cuda_map(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	return NULL;
+}
+
+static void cuda_ipc_close(struct cuda_ipc *c)
+{
+	cudaError_t e = cudaIpcCloseMemHandle(c->dptr);
+
+	if (e != cudaSuccess)
+		cuda_fail(e, "cudaIpcCloseMemHandle");
+	free(c);
+}
+
+/* Free whatever init set up; every field may still be empty. */
+static void cuda_teardown(struct cuda_tier *ct)
+{
+	bool dev = cudaSetDevice(ct->device) == cudaSuccess;
+
+	pthread_mutex_lock(&cuda_ipc_lock);
+	if (ct->live && !--cuda_tiers) {
+		/*
+		 * The last tier: close every idle handle. One still in use
+		 * is a caller's bug; it stays mapped rather than leave a peer
+		 * pointing at freed memory.
+		 */
+		struct cuda_ipc **pp = &cuda_ipcs;
+
+		while (*pp) {
+			struct cuda_ipc *c = *pp;
+
+			if (c->refs) {
+				kvfs_warn("cuda: last tier freed with %u peers "
+					  "of a handle still open", c->refs);
+				pp = &c->next;
+				continue;
+			}
+			*pp = c->next;
+			cuda_nipcs--;
+			cudaSetDevice(c->device);
+			cuda_ipc_close(c);
+		}
+		if (dev)
+			cudaSetDevice(ct->device);
+	}
+	pthread_mutex_unlock(&cuda_ipc_lock);
+	for (unsigned i = 0; i < ct->nstreams; i++) {
+		struct cuda_stream *s = &ct->streams[i];
+
+		if (dev && s->st)
+			cudaStreamSynchronize(s->st);
+		for (unsigned k = 0; k < CUDA_SLOTS; k++) {
+			if (s->slot[k].done)
+				cudaEventDestroy(s->slot[k].done);
+			if (s->slot[k].buf)
+				cudaFreeHost(s->slot[k].buf);
+		}
+		if (s->st)
+			cudaStreamDestroy(s->st);
+		pthread_mutex_destroy(&s->lock);
+	}
+	if (ct->dpool)
+		cudaFree(ct->dpool);
+	(void)cudaGetLastError();
+	free(ct);
+}
+
+static void cuda_release(struct kvfs_tier *t)
+{
+	struct cuda_tier *ct = to_cuda(t);
+
+	kvfs_gpu_pool_release(&ct->pool);
+	cuda_teardown(ct);
+}
+
+const struct kvfs_tier_ops kvfs_gpu_cuda_tier_ops = {
+	.name = "cuda",
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.claim = cuda_claim,
+	.write = cuda_write,
+	.read = cuda_read,
+	.readv = cuda_readv,
+	.sync = cuda_sync,
+	.map = cuda_map,
+	.release = cuda_release,
+};
+
+/* ---- device ops ---- */
+
+static void cuda_describe(struct kvfs_tier *t, struct kvfs_ctl_mem *out)
+{
+	struct cuda_tier *ct = to_cuda(t);
+
+	memset(out, 0, sizeof(*out));
+	out->backend = KVFS_CTL_BACKEND_CUDA;
+	out->device = (uint32_t)ct->device;
+	out->size = t->capacity;
+	memcpy(out->ipc, &ct->ipc, sizeof(out->ipc));
+}
+
+/*
+ * Open @handle on @ct's device, or take it from the cache. Called with
+ * cuda_ipc_lock held, and the device current.
+ */
+static int cuda_ipc_get(struct cuda_tier *ct, const uint8_t *handle,
+			struct cuda_ipc **out)
+{
+	struct cuda_ipc *c, **pp, **victim = NULL;
+	cudaIpcMemHandle_t h;
+	void *ptr = NULL;
+	cudaError_t e;
+
+	for (c = cuda_ipcs; c; c = c->next) {
+		if (c->device == ct->device &&
+		    !memcmp(c->handle, handle, sizeof(c->handle))) {
+			c->refs++;
+			c->last_use = ++cuda_ipc_clock;
+			*out = c;
+			return 0;
+		}
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	memcpy(&h, handle, sizeof(h));
+	e = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (e != cudaSuccess) {
+		kvfs_err("cuda: peer: cudaIpcOpenMemHandle: %s (%s): not a "
+			 "live handle of device %d's memory",
+			 cudaGetErrorString(e), cudaGetErrorName(e),
+			 ct->device);
+		(void)cudaGetLastError();
+		free(c);
+		return -EINVAL;
+	}
+	c->dptr = ptr;
+	if (ct->range) {
+		CUdeviceptr base = 0;
+		size_t size = 0;
+
+		if (ct->range(&base, &size, (CUdeviceptr)(uintptr_t)ptr) ==
+		    CUDA_SUCCESS && base <= (CUdeviceptr)(uintptr_t)ptr)
+			c->alloc_size = size -
+				((CUdeviceptr)(uintptr_t)ptr - base);
+	}
+	memcpy(c->handle, handle, sizeof(c->handle));
+	c->device = ct->device;
+	c->refs = 1;
+	c->last_use = ++cuda_ipc_clock;
+	/* Keep the cache bounded: close the least recently used idle one. */
+	if (cuda_nipcs >= CUDA_IPC_CACHE) {
+		for (pp = &cuda_ipcs; *pp; pp = &(*pp)->next)
+			if (!(*pp)->refs &&
+			    (!victim || (*pp)->last_use < (*victim)->last_use))
+				victim = pp;
+		if (victim) {
+			struct cuda_ipc *v = *victim;
+
+			*victim = v->next;
+			cuda_nipcs--;
+			cudaSetDevice(v->device);
+			cuda_ipc_close(v);
+			cudaSetDevice(ct->device);
+		}
+	}
+	c->next = cuda_ipcs;
+	cuda_ipcs = c;
+	cuda_nipcs++;
+	*out = c;
+	return 0;
+}
+
+static void cuda_ipc_put(struct cuda_ipc *c)
+{
+	pthread_mutex_lock(&cuda_ipc_lock);
+	c->refs--;
+	pthread_mutex_unlock(&cuda_ipc_lock);
+}
+
+static int cuda_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
+			  struct kvfs_gpu_peer **out)
+{
+	struct cuda_tier *ct = to_cuda(t);
+	struct kvfs_gpu_peer *p;
+	struct cuda_ipc *c;
+	int err;
+
+	err = kvfs_gpu_mem_check(m, KVFS_CTL_BACKEND_CUDA, "cuda");
+	if (err)
+		return err;
+	if (m->device != (uint32_t)ct->device) {
+		kvfs_err("cuda: peer on device %" PRIu32 ", this pool is on "
+			 "device %d", m->device, ct->device);
+		return -EINVAL;
+	}
+	if (!memcmp(m->ipc, &ct->ipc, sizeof(m->ipc))) {
+		kvfs_err("cuda: peer handle is this tier's own pool");
+		return -EINVAL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	err = cuda_enter(ct);
+	if (err)
+		goto out_free_peer;
+	pthread_mutex_lock(&cuda_ipc_lock);
+	err = cuda_ipc_get(ct, m->ipc, &c);
+	pthread_mutex_unlock(&cuda_ipc_lock);
+	if (err)
+		goto out_free_peer;
+	if (c->alloc_size && c->alloc_size < m->size) {
+		kvfs_err("cuda: peer allocation has %" PRIu64 " bytes, the "
+			 "request says %" PRIu64, c->alloc_size, m->size);
+		err = -EINVAL;
+		goto out_put_ipc;
+	}
+	p->t = t;
+	p->base = c->dptr;
+	p->size = m->size;
+	p->priv = c;
+	*out = p;
+	return 0;
+
+out_put_ipc:
+	cuda_ipc_put(c);
+out_free_peer:
+	free(p);
+	return err;
+}
+
+static void cuda_peer_close(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
+{
+	if (!p)
+		return;
+	if (kvfs_gpu_peer_check(t, p, "cuda", "peer_close"))
+		return;
+	cuda_ipc_put(p->priv);
+	free(p);
+}
+
+/*
+ * A peer batch: transfers with a pool side are device-to-device copies
+ * issued first; host ones go through the staging ring, whose final
+ * synchronisation also covers the former.
+ */
+static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
+			  const struct kvfs_gpu_xfer *x, size_t n,
+			  bool to_peer)
+{
+	const char *what = to_peer ? "peer_write" : "peer_read";
+	struct cuda_tier *ct = to_cuda(t);
+	struct cuda_stream *s;
+	struct cuda_job *j = NULL;
+	size_t nj = 0;
+	int err;
+
+	err = kvfs_gpu_peer_check(t, p, "cuda", what);
+	if (!err)
+		err = kvfs_gpu_xfer_check(t, x, n, p->size, KVFS_GPU_X_PEER,
+					  "cuda", what);
+	if (err || !n)
+		return err;
+	j = calloc(n, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	err = cuda_enter(ct);
+	if (err)
+		goto out_free_jobs;
+	s = cuda_stream_get(ct);
+	for (size_t i = 0; i < n && !err; i++) {
+		unsigned char *peer = p->base + x[i].peer_off;
+
+		if (!x[i].len)
+			continue;
+		if (!x[i].pool) {
+			j[nj].dev = peer;
+			j[nj].host = x[i].host;
+			j[nj].len = x[i].len;
+			nj++;
+		} else if (to_peer) {
+			err = cuda_copy(s, peer, cuda_at(t, x[i].pool, x[i].off),
+					x[i].len, cudaMemcpyDeviceToDevice);
+		} else {
+			err = cuda_copy(s, cuda_at(t, x[i].pool, x[i].off), peer,
+					x[i].len, cudaMemcpyDeviceToDevice);
+		}
+	}
+	if (err)
+		(void)cuda_stream_finish(s);
+	else
+		err = to_peer ? cuda_h2d(s, j, nj) : cuda_d2h(s, j, nj);
+	cuda_stream_put(s);
+	if (!err) {
+		if (to_peer)
+			kvfs_tier_count(&t->st.reads, &t->st.bytes_read, n,
+					kvfs_gpu_xfer_bytes(x, n));
+		else
+			kvfs_tier_count(&t->st.writes, &t->st.bytes_written,
+					n, kvfs_gpu_xfer_bytes(x, n));
+	}
+out_free_jobs:
+	free(j);
+	return err;
+}
+
+static int cuda_peer_write(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
+			   const struct kvfs_gpu_xfer *x, size_t n)
+{
+	return cuda_peer_xfer(t, p, x, n, true);
+}
+
+static int cuda_peer_read(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
+			  const struct kvfs_gpu_xfer *x, size_t n)
+{
+	return cuda_peer_xfer(t, p, x, n, false);
+}
+
+static int cuda_upload(struct kvfs_tier *t, const struct kvfs_gpu_xfer *x,
+		       size_t n)
+{
+	struct cuda_job *j;
+	int err = kvfs_gpu_xfer_check(t, x, n, 0, KVFS_GPU_X_UPLOAD, "cuda",
+				      "upload");
+
+	if (err || !n)
+		return err;
+	j = calloc(n, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		j[i].dev = cuda_at(t, x[i].pool, x[i].off);
+		j[i].host = x[i].host;
+		j[i].len = x[i].len;
+	}
+	err = cuda_run(to_cuda(t), j, n, true);
+	if (!err)
+		kvfs_tier_count(&t->st.writes, &t->st.bytes_written, n,
+				kvfs_gpu_xfer_bytes(x, n));
+	free(j);
+	return err;
+}
+
+static const struct kvfs_gpu_ops cuda_gpu_ops = {
+	.describe = cuda_describe,
+	.peer_open = cuda_peer_open,
+	.peer_close = cuda_peer_close,
+	.peer_size = kvfs_gpu_peer_size,
+	.peer_write = cuda_peer_write,
+	.peer_read = cuda_peer_read,
+	.upload = cuda_upload,
+};
+
+/* ---- init ---- */
+
+static int cuda_stream_init(struct cuda_stream *s)
+{
+	int err = -pthread_mutex_init(&s->lock, NULL);
+
+	if (err)
+		return err;
+	err = CUDA_TRY(cudaStreamCreateWithFlags(&s->st,
+						 cudaStreamNonBlocking));
+	for (unsigned k = 0; k < CUDA_SLOTS && !err; k++) {
+		void *buf = NULL;
+
+		err = CUDA_TRY(cudaHostAlloc(&buf, CUDA_SLOT_BYTES,
+					     cudaHostAllocDefault));
+		s->slot[k].buf = buf;
+		if (!err)
+			err = CUDA_TRY(cudaEventCreateWithFlags(
+				&s->slot[k].done, cudaEventDisableTiming));
+	}
+	return err;
+}
+
+static cuda_range_fn cuda_find_range(void)
+{
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	void *fn = NULL;
+	cudaError_t e;
+
+	e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn,
+					     12000, cudaEnableDefault, &q);
+	if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+		(void)cudaGetLastError();
+		kvfs_warn("cuda: cuMemGetAddressRange unavailable: peer sizes "
+			  "cannot be checked against their allocations");
+		return NULL;
+	}
+	return (cuda_range_fn)fn;
+}
+
+int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
+		       struct kvfs_tier **out)
+{
+	struct cuda_tier *ct;
+	void *pool = NULL;
+	cudaError_t e;
+	int count = 0, err;
+
+	if (flags & ~(unsigned)KVFS_GPU_PRIVATE) {
+		kvfs_err("cuda: unknown flags %#x", flags);
+		return -EINVAL;
+	}
+	/* A pool is whole allocation units; a remainder could never be used. */
+	capacity -= capacity % KVFS_GPU_ALIGN;
+	if (!capacity || capacity > SIZE_MAX) {
+		kvfs_err("cuda: pool capacity must be at least %u bytes",
+			 KVFS_GPU_ALIGN);
+		return -EINVAL;
+	}
+	e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess) {
+		kvfs_err("cuda: cudaGetDeviceCount: %s (%s): no usable device",
+			 cudaGetErrorString(e), cudaGetErrorName(e));
+		(void)cudaGetLastError();
+		return -ENODEV;
+	}
+	if (device < 0 || device >= count) {
+		kvfs_err("cuda: device %d is not visible (%d device%s)",
+			 device, count, count == 1 ? "" : "s");
+		return -ENODEV;
+	}
+	ct = calloc(1, sizeof(*ct));
+	if (!ct)
+		return -ENOMEM;
+	ct->device = device;
+	err = kvfs_gpu_pool_init(&ct->pool, capacity);
+	if (err)
+		goto out_free;
+	err = cuda_enter(ct);
+	if (!err)
+		err = CUDA_TRY(cudaMalloc(&pool, (size_t)capacity));
+	ct->dpool = pool;
+	if (!err)
+		err = CUDA_TRY(cudaIpcGetMemHandle(&ct->ipc, ct->dpool));
+	for (unsigned i = 0; i < CUDA_STREAMS && !err; i++) {
+		/* Counted first: teardown must undo a half-built stream. */
+		ct->nstreams = i + 1;
+		err = cuda_stream_init(&ct->streams[i]);
+	}
+	if (err)
+		goto out_release_pool;
+	pthread_mutex_lock(&cuda_ipc_lock);
+	cuda_tiers++;
+	ct->live = true;
+	pthread_mutex_unlock(&cuda_ipc_lock);
+	ct->range = cuda_find_range();
+	ct->g.base.ops = &kvfs_gpu_cuda_tier_ops;
+	ct->g.base.id = KVFS_TIER_GPU;
+	ct->g.base.capacity = capacity;
+	ct->g.base.align = KVFS_GPU_ALIGN;
+	ct->g.gops = &cuda_gpu_ops;
+	*out = &ct->g.base;
+	return 0;
+
+out_release_pool:
+	kvfs_gpu_pool_release(&ct->pool);
+	cuda_teardown(ct);
+	return err;
+out_free:
+	free(ct);
+	return err;
+}
+
+#endif /* KVFS_HAVE_CUDA */
