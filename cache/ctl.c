@@ -23,6 +23,7 @@
 #include "cache/cache_i.h"
 #include "cache/ctl.h"
 #include "fs/kvfs_ctl.h"
+#include "meta/guard.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -509,7 +510,11 @@ static int sync_open(struct ctx *x, struct sync_word *sw)
 
 static void sync_signal(struct sync_word *sw, uint32_t v)
 {
-	__atomic_store_n(sw->w, v, __ATOMIC_RELEASE);
+	/* The word lives in the caller's object, which it may shrink. */
+	if (kvfs_guard_store_u32(sw->w, v)) {
+		kvfs_warn("ctl: the sync word's shm object shrank");
+		return;
+	}
 	/* Shared futex: waiters in other processes wake on this word. */
 	syscall(SYS_futex, sw->w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }

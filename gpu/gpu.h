@@ -25,6 +25,16 @@
  * Locking: like every tier, alloc/free are thread-safe and copies on
  * distinct extents may run concurrently. A peer belongs to the thread
  * that opened it.
+ *
+ * Both backends allocate in units of 4096 bytes (base.align) and round the
+ * pool capacity down to a multiple of it. A batch is checked whole before
+ * anything is copied: one bad transfer fails it with -EINVAL (logged,
+ * naming the transfer) and nothing moves. A transfer of length 0 is a
+ * no-op. Counters in base.st: each transfer of peer_write counts one op in
+ * st.reads and its bytes in st.bytes_read (data served to a client); each
+ * of peer_read and upload one op in st.writes and st.bytes_written. CUDA
+ * failures are -EIO (-ENOMEM when device or pinned memory runs out), with
+ * a log line naming the call.
  */
 #ifndef KVFS_GPU_GPU_H
 #define KVFS_GPU_GPU_H
@@ -37,7 +47,10 @@
 
 struct kvfs_gpu_peer;
 
-/* One copy between host memory or the pool and peer memory. */
+/*
+ * One copy between host memory or the pool and peer memory. For upload,
+ * @host is copied to @pool at @off and @peer_off is ignored.
+ */
 struct kvfs_gpu_xfer {
 	const struct kvfs_extent *pool; /* source/dest in the pool, or NULL */
 	void *host;     /* host memory when @pool is NULL */
@@ -52,13 +65,19 @@ struct kvfs_gpu_ops {
 	/* Open a client's memory. -EINVAL for a handle of another backend or
 	 * device, a bad shm name or a size of 0; -ENOENT if it does not
 	 * exist; each logged.
+	 * Also -EINVAL when the memory is smaller than m->size (shm: the
+	 * object; cuda: the allocation, where the driver can tell) or is the
+	 * tier's own pool. peer_size() is m->size. cuda keeps opened IPC
+	 * handles in a per-process cache, so reopening one is cheap.
 	 */
 	int (*peer_open)(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 			 struct kvfs_gpu_peer **out);
 	void (*peer_close)(struct kvfs_tier *t, struct kvfs_gpu_peer *p);
 	uint64_t (*peer_size)(const struct kvfs_gpu_peer *p);
 	/* Copy @n transfers into peer memory, all complete on return.
-	 * -EINVAL if any range falls outside the peer or the pool extent.
+	 * -EINVAL if any range falls outside the peer or the pool extent
+	 * (or the extent outside the pool), a transfer has neither pool nor
+	 * host side, or @p was opened by another tier.
 	 */
 	int (*peer_write)(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			  const struct kvfs_gpu_xfer *x, size_t n);
@@ -85,6 +104,11 @@ enum kvfs_gpu_flags {
  * kvfs_gpu_shm_init() - a shared-memory pool of @capacity bytes named
  * @name ("/kvfs-<something>", created O_EXCL, mode 0644, unlinked on
  * free). 0, -EEXIST, -EINVAL, or another -errno (logged).
+ * With KVFS_GPU_PRIVATE the name is @name + "-<pid>-<n>" (describe()
+ * gives it). The whole object is reserved up front (posix_fallocate), so
+ * a full /dev/shm fails here (-ENOSPC), not in a later copy. -EINVAL for
+ * a bad name (not "/" + a name without '/', or 64 bytes or more with
+ * its suffix), a capacity under 4096 or unknown flags.
  */
 int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		      struct kvfs_tier **out);
@@ -93,11 +117,17 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
  * kvfs_gpu_cuda_init() - a cudaMalloc pool of @capacity bytes on @device.
  * -ENODEV (logged with the CUDA error) when no device is visible or the
  * driver is missing; -EOPNOTSUPP in builds without the CUDA toolkit.
+ * Also -ENODEV for a @device that is not visible; -EINVAL for a capacity
+ * under 4096 or flags other than KVFS_GPU_PRIVATE (accepted, no effect);
+ * -ENOMEM or -EIO when CUDA refuses the pool, its IPC handle, its streams
+ * or its pinned staging buffers (logged).
  */
 int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 		       struct kvfs_tier **out);
 
-/* The device ops of a tier made by either init, or NULL for other tiers. */
+/* The device ops of a tier made by either init, or NULL for other tiers
+ * (and for NULL).
+ */
 const struct kvfs_gpu_ops *kvfs_gpu_ops_of(struct kvfs_tier *t);
 
 #endif

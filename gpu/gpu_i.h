@@ -32,7 +32,7 @@ struct kvfs_gpu_peer {
 	struct kvfs_tier *t;   /* the tier that opened it */
 	unsigned char *base;   /* shm: our mapping; cuda: device pointer */
 	uint64_t size;         /* usable bytes: the descriptor's size */
-	void *priv;            /* the backend's (cuda: its handle cache entry) */
+	void *priv;            /* cuda: its handle cache entry */
 };
 
 /* ->peer_size of both backends. */

@@ -144,8 +144,11 @@ static int cuda_fail(cudaError_t e, const char *call)
 	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
-#define CUDA_TRY(call) \
-	({ cudaError_t e_ = (call); e_ == cudaSuccess ? 0 : cuda_fail(e_, #call); })
+#define CUDA_TRY(call)                                              \
+	({                                                          \
+		cudaError_t e_ = (call);                            \
+		e_ == cudaSuccess ? 0 : cuda_fail(e_, #call);       \
+	})
 
 /* The runtime's current device is per thread: set it on every entry. */
 static int cuda_enter(struct cuda_tier *ct)
@@ -163,7 +166,9 @@ static struct cuda_stream *cuda_stream_get(struct cuda_tier *ct)
 	}
 	start = cuda_hint % ct->nstreams;
 	for (unsigned i = 0; i < ct->nstreams; i++) {
-		struct cuda_stream *s = &ct->streams[(start + i) % ct->nstreams];
+		struct cuda_stream *s;
+
+		s = &ct->streams[(start + i) % ct->nstreams];
 
 		if (!pthread_mutex_trylock(&s->lock))
 			return s;
@@ -191,6 +196,44 @@ static int cuda_copy(struct cuda_stream *s, void *dst, const void *src,
 		     uint64_t len, enum cudaMemcpyKind kind)
 {
 	return CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)len, kind, s->st));
+}
+
+/*
+ * Copies in the making: a device range and the staging bytes that match
+ * it. Pieces that continue both become one copy.
+ */
+struct cuda_span {
+	unsigned char *dev, *buf;
+	uint64_t len;
+	enum cudaMemcpyKind kind;
+};
+
+static int cuda_span_flush(struct cuda_stream *s, struct cuda_span *sp)
+{
+	int err = 0;
+
+	if (sp->len && sp->kind == cudaMemcpyHostToDevice)
+		err = cuda_copy(s, sp->dev, sp->buf, sp->len, sp->kind);
+	else if (sp->len)
+		err = cuda_copy(s, sp->buf, sp->dev, sp->len, sp->kind);
+	sp->len = 0;
+	return err;
+}
+
+static int cuda_span_add(struct cuda_stream *s, struct cuda_span *sp,
+			 unsigned char *dev, unsigned char *buf, uint64_t len)
+{
+	int err;
+
+	if (sp->len && sp->dev + sp->len == dev && sp->buf + sp->len == buf) {
+		sp->len += len;
+		return 0;
+	}
+	err = cuda_span_flush(s, sp);
+	sp->dev = dev;
+	sp->buf = buf;
+	sp->len = len;
+	return err;
 }
 
 /* Take the next slot of the ring once its last copies are complete. */
@@ -221,8 +264,8 @@ static int cuda_h2d(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 
 	while (i < n && !err) {
 		struct cuda_slot *sl = cuda_slot_next(s, &err);
-		unsigned char *run_dev = NULL, *run_buf = NULL;
-		uint64_t run_len = 0, fill = 0;
+		struct cuda_span sp = { .kind = cudaMemcpyHostToDevice };
+		uint64_t fill = 0;
 
 		if (!sl)
 			break;
@@ -233,17 +276,8 @@ static int cuda_h2d(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 				k = CUDA_SLOT_BYTES - fill;
 			if (k) {
 				memcpy(sl->buf + fill, j[i].host + o, k);
-				if (run_len && run_dev + run_len == j[i].dev + o) {
-					run_len += k;
-				} else {
-					if (run_len)
-						err = cuda_copy(s, run_dev, run_buf,
-								run_len,
-								cudaMemcpyHostToDevice);
-					run_dev = j[i].dev + o;
-					run_buf = sl->buf + fill;
-					run_len = k;
-				}
+				err = cuda_span_add(s, &sp, j[i].dev + o,
+						    sl->buf + fill, k);
 				fill += k;
 				o += k;
 			}
@@ -252,9 +286,8 @@ static int cuda_h2d(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 				o = 0;
 			}
 		}
-		if (!err && run_len)
-			err = cuda_copy(s, run_dev, run_buf, run_len,
-					cudaMemcpyHostToDevice);
+		if (!err)
+			err = cuda_span_flush(s, &sp);
 		if (!err && fill) {
 			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
 			sl->busy = !err;
@@ -304,8 +337,8 @@ static int cuda_d2h(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 
 	while (i < n && !err) {
 		struct cuda_slot *sl = &s->slot[s->next];
-		unsigned char *run_dev = NULL, *run_buf = NULL;
-		uint64_t run_len = 0, fill = 0;
+		struct cuda_span sp = { .kind = cudaMemcpyDeviceToHost };
+		uint64_t fill = 0;
 
 		if (sl->busy && (err = cuda_unpack(sl, j)))
 			break;
@@ -318,17 +351,8 @@ static int cuda_d2h(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 			if (k > CUDA_SLOT_BYTES - fill)
 				k = CUDA_SLOT_BYTES - fill;
 			if (k) {
-				if (run_len && run_dev + run_len == j[i].dev + o) {
-					run_len += k;
-				} else {
-					if (run_len)
-						err = cuda_copy(s, run_buf, run_dev,
-								run_len,
-								cudaMemcpyDeviceToHost);
-					run_dev = j[i].dev + o;
-					run_buf = sl->buf + fill;
-					run_len = k;
-				}
+				err = cuda_span_add(s, &sp, j[i].dev + o,
+						    sl->buf + fill, k);
 				fill += k;
 				o += k;
 			}
@@ -337,9 +361,8 @@ static int cuda_d2h(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 				o = 0;
 			}
 		}
-		if (!err && run_len)
-			err = cuda_copy(s, run_buf, run_dev, run_len,
-					cudaMemcpyDeviceToHost);
+		if (!err)
+			err = cuda_span_flush(s, &sp);
 		sl->fill = fill;
 		if (!err && fill) {
 			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
@@ -743,7 +766,7 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 		goto out_free_jobs;
 	s = cuda_stream_get(ct);
 	for (size_t i = 0; i < n && !err; i++) {
-		unsigned char *peer = p->base + x[i].peer_off;
+		unsigned char *peer = p->base + x[i].peer_off, *pool;
 
 		if (!x[i].len)
 			continue;
@@ -752,13 +775,11 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			j[nj].host = x[i].host;
 			j[nj].len = x[i].len;
 			nj++;
-		} else if (to_peer) {
-			err = cuda_copy(s, peer, cuda_at(t, x[i].pool, x[i].off),
-					x[i].len, cudaMemcpyDeviceToDevice);
-		} else {
-			err = cuda_copy(s, cuda_at(t, x[i].pool, x[i].off), peer,
-					x[i].len, cudaMemcpyDeviceToDevice);
+			continue;
 		}
+		pool = cuda_at(t, x[i].pool, x[i].off);
+		err = cuda_copy(s, to_peer ? peer : pool, to_peer ? pool : peer,
+				x[i].len, cudaMemcpyDeviceToDevice);
 	}
 	if (err)
 		(void)cuda_stream_finish(s);
@@ -850,7 +871,7 @@ static int cuda_stream_init(struct cuda_stream *s)
 
 static cuda_range_fn cuda_find_range(void)
 {
-	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	enum cudaDriverEntryPointQueryResult q;
 	void *fn = NULL;
 	cudaError_t e;
 

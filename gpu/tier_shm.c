@@ -26,6 +26,7 @@
 #include "cache/tier_i.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_i.h"
+#include "meta/guard.h"
 #include "meta/log.h"
 
 /* Names tried for a KVFS_GPU_PRIVATE pool before giving up. */
@@ -196,8 +197,8 @@ static int shm_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 	}
 	if (!S_ISREG(sb.st_mode) || sb.st_size < 0 ||
 	    (uint64_t)sb.st_size < m->size) {
-		kvfs_err("shm: peer %s has %jd bytes, the request says %" PRIu64,
-			 m->shm_name, (intmax_t)sb.st_size, m->size);
+		kvfs_err("shm: peer %s has %jd bytes, the request says %"
+			 PRIu64, m->shm_name, (intmax_t)sb.st_size, m->size);
 		err = -EINVAL;
 		goto out_close_fd;
 	}
@@ -245,6 +246,13 @@ static unsigned char *shm_side(struct kvfs_tier *t,
 	return x->pool ? shm_at(t, x->pool, x->off) : x->host;
 }
 
+/* The client shrank its object under the copy (SIGBUS, caught). */
+static int peer_vanished(const char *op)
+{
+	kvfs_warn("shm: %s: the peer object shrank during the copy", op);
+	return -EFAULT;
+}
+
 static int shm_peer_write(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			  const struct kvfs_gpu_xfer *x, size_t n)
 {
@@ -256,9 +264,10 @@ static int shm_peer_write(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	if (err)
 		return err;
 	for (size_t i = 0; i < n; i++)
-		if (x[i].len)
-			memcpy(p->base + x[i].peer_off, shm_side(t, &x[i]),
-			       x[i].len);
+		if (x[i].len && kvfs_guard_memcpy(p->base + x[i].peer_off,
+						  shm_side(t, &x[i]),
+						  x[i].len))
+			return peer_vanished("peer_write");
 	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, n,
 			kvfs_gpu_xfer_bytes(x, n));
 	return 0;
@@ -275,9 +284,10 @@ static int shm_peer_read(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	if (err)
 		return err;
 	for (size_t i = 0; i < n; i++)
-		if (x[i].len)
-			memcpy(shm_side(t, &x[i]), p->base + x[i].peer_off,
-			       x[i].len);
+		if (x[i].len && kvfs_guard_memcpy(shm_side(t, &x[i]),
+						  p->base + x[i].peer_off,
+						  x[i].len))
+			return peer_vanished("peer_read");
 	kvfs_tier_count(&t->st.writes, &t->st.bytes_written, n,
 			kvfs_gpu_xfer_bytes(x, n));
 	return 0;
@@ -365,7 +375,8 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		return err;
 	/* A pool is whole allocation units; a remainder could never be used. */
 	capacity -= capacity % KVFS_GPU_ALIGN;
-	if (!capacity || capacity > SIZE_MAX || capacity > (uint64_t)INT64_MAX) {
+	if (!capacity || capacity > SIZE_MAX ||
+	    capacity > (uint64_t)INT64_MAX) {
 		kvfs_err("shm: pool capacity must be between %u bytes and "
 			 "the address space", KVFS_GPU_ALIGN);
 		return -EINVAL;
