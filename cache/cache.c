@@ -1073,6 +1073,15 @@ void kvfs_cache_read_end(struct kvfs_cache *c, struct kvfs_reader *r)
 
 /* ---------------------------------------------------------------- admin */
 
+void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
+				void (*fn)(void *arg, uint64_t dir_ino,
+					   const char *name),
+				void *arg)
+{
+	c->delete_hook = fn;
+	c->delete_hook_arg = arg;
+}
+
 int kvfs_cache_unlink(struct kvfs_cache *c, struct kvfs_ns *ns,
 		      const char *name)
 {

@@ -218,6 +218,18 @@ void kvfs_cache_fsinfo(struct kvfs_cache *c, struct kvfs_cache_fsinfo *fi);
 /* The .kvfs/stats text ("key value\n" lines) in a malloc'd buffer. */
 int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
 
+/*
+ * kvfs_cache_set_delete_hook() - be told when the engine itself deletes a
+ * block (eviction from the SSD, a discard, EVICT through ctl), so that the
+ * kernel's cached name can be invalidated. @fn is called from engine
+ * threads with no engine lock held and must not block on a FUSE request.
+ * Deletions by unlink are not reported: the kernel already knows.
+ */
+void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
+				void (*fn)(void *arg, uint64_t dir_ino,
+					   const char *name),
+				void *arg);
+
 /* Run one write-back pass now and wait for it (tests). */
 int kvfs_cache_writeback_now(struct kvfs_cache *c);
 

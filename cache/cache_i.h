@@ -145,6 +145,10 @@ struct kvfs_cache {
 	pthread_t mv_thread;
 	bool mv_started;
 
+	/* set once before the mount serves requests */
+	void (*delete_hook)(void *arg, uint64_t dir_ino, const char *name);
+	void *delete_hook_arg;
+
 	/* engine counters (atomics) */
 	atomic_uint_least64_t st_commits, st_rejects, st_deletes;
 	atomic_uint_least64_t st_wb_batches, st_wb_blocks, st_wb_errors;

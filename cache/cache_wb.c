@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,12 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 	pthread_mutex_unlock(&c->policy_lock);
 	atomic_fetch_add(&c->st_deletes, 1);
 	kvfs_dbg("ns %s: block %s.kv %s", b->ns->rec.name, hex, why);
+	if (c->delete_hook && strcmp(why, "unlinked")) {
+		char name[KVFS_FMT_NAME_LEN + 1];
+
+		snprintf(name, sizeof(name), "%s.kv", hex);
+		c->delete_hook(c->delete_hook_arg, b->ns->ino, name);
+	}
 	kvfs_block_try_free(c, b);
 	kvfs_cache_put(c, b); /* the index's reference */
 	return 0;

@@ -241,6 +241,8 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 		return bad("tier out of range", r->op);
 	if (r->op == KVFS_CTL_FETCH_INTO && r->n_dst != r->n_keys)
 		return bad("FETCH_INTO needs one destination per key", r->op);
+	if (r->op == KVFS_CTL_FETCH_INTO && (r->flags & KVFS_CTL_F_TOKENS))
+		return bad("FETCH_INTO takes keys, not tokens", r->op);
 	if (r->op != KVFS_CTL_FETCH_INTO && r->n_dst)
 		return bad("destinations given to an operation without any",
 			   r->op);
@@ -293,6 +295,13 @@ static int resolve(struct ctx *x)
 	const struct kvfs_geom *g;
 	uint8_t parent[16];
 
+	/* STATS and a RELEASE of everything concern the session, not a
+	 * namespace.
+	 */
+	if (!x->r->ns[0] && (x->r->op == KVFS_CTL_STATS ||
+			     (x->r->op == KVFS_CTL_RELEASE && !x->r->n_keys &&
+			      !x->r->n_tokens)))
+		return 0;
 	x->ns = kvfs_cache_ns_by_name(x->c, x->r->ns);
 	if (!x->ns)
 		return fail(x, -ENOENT, "unknown namespace '%s'", x->r->ns);

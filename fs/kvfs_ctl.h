@@ -40,8 +40,11 @@
 #define KVFS_CTL_NS_MAX 64
 #define KVFS_CTL_NAME_MAX 64
 #define KVFS_CTL_MSG_SIZE 8192u
-#define KVFS_CTL_MAX_SIZE (16u << 20)
-#define KVFS_CTL_MAX_BLOCKS 65536u
+/* One FUSE request carries at most 1 MiB each way (max_write and the
+ * largest read), so a request and its response must each fit in it.
+ */
+#define KVFS_CTL_MAX_SIZE (1u << 20)
+#define KVFS_CTL_MAX_BLOCKS 16384u
 
 enum kvfs_ctl_op {
 	KVFS_CTL_LOOKUP = 1,     /* how many leading blocks are cached where */

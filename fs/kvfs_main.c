@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "cache/cache.h"
 #include "fs/conf.h"
 #include "fs/fuse_ops.h"
+#include "meta/fmt.h"
 #include "meta/log.h"
 
 struct opts {
@@ -93,6 +95,73 @@ static void notify(int fd, const char *msg)
 	close(fd);
 }
 
+/*
+ * Names the engine deleted on its own (evictions, discards) are still in
+ * the kernel's dentry cache for up to the entry timeout. They are
+ * invalidated from this thread, never from a request handler: the kernel
+ * may hold the directory's lock while a handler runs, and invalidation
+ * takes it.
+ */
+struct inval {
+	struct inval *next;
+	uint64_t dir;
+	char name[KVFS_FMT_NAME_LEN + 1];
+};
+
+static struct {
+	pthread_mutex_t lock; /* guards head, stop */
+	pthread_cond_t cond;
+	struct inval *head;
+	bool stop;
+	struct fuse_session *se;
+} notifier = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+};
+
+static void inval_push(void *arg, uint64_t dir, const char *name)
+{
+	struct inval *iv = calloc(1, sizeof(*iv));
+
+	if (!iv)
+		return; /* the entry merely times out */
+	iv->dir = dir;
+	snprintf(iv->name, sizeof(iv->name), "%s", name);
+	pthread_mutex_lock(&notifier.lock);
+	iv->next = notifier.head;
+	notifier.head = iv;
+	pthread_cond_signal(&notifier.cond);
+	pthread_mutex_unlock(&notifier.lock);
+}
+
+static void *notifier_main(void *arg)
+{
+	pthread_mutex_lock(&notifier.lock);
+	for (;;) {
+		while (!notifier.head && !notifier.stop)
+			pthread_cond_wait(&notifier.cond, &notifier.lock);
+		struct inval *iv = notifier.head;
+
+		notifier.head = NULL;
+		pthread_mutex_unlock(&notifier.lock);
+		while (iv) {
+			struct inval *next = iv->next;
+
+			if (!notifier.stop)
+				fuse_lowlevel_notify_inval_entry(
+					notifier.se, iv->dir, iv->name,
+					strlen(iv->name));
+			free(iv);
+			iv = next;
+		}
+		pthread_mutex_lock(&notifier.lock);
+		if (notifier.stop && !notifier.head)
+			break;
+	}
+	pthread_mutex_unlock(&notifier.lock);
+	return NULL;
+}
+
 /* STORE/kvfs.pid lets scripts wait for the daemon to finish after an
  * unmount (fusermount3 -u returns before the final write-back is done).
  */
@@ -159,7 +228,8 @@ static int run(const struct opts *o, int report_fd)
 	struct kvfs_fs fs = { .entry_timeout = 1.0, .attr_timeout = 1.0 };
 	char path[PATH_MAX], logpath[PATH_MAX] = "/dev/null";
 	char msg[PATH_MAX + 512];
-	bool mounted = false;
+	bool mounted = false, nt_started = false;
+	pthread_t nt;
 	int rc;
 
 	if (o->config)
@@ -253,6 +323,11 @@ static int run(const struct opts *o, int report_fd)
 		}
 	}
 
+	notifier.se = se;
+	if (pthread_create(&nt, NULL, notifier_main, NULL) == 0) {
+		nt_started = true;
+		kvfs_cache_set_delete_hook(c, inval_push, NULL);
+	}
 	lc = fuse_loop_cfg_create();
 	if (!lc) {
 		rc = -ENOMEM;
@@ -264,6 +339,14 @@ static int run(const struct opts *o, int report_fd)
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	rc = rc > 0 ? 0 : rc;
+	kvfs_cache_set_delete_hook(c, NULL, NULL);
+	if (nt_started) {
+		pthread_mutex_lock(&notifier.lock);
+		notifier.stop = true;
+		pthread_cond_signal(&notifier.cond);
+		pthread_mutex_unlock(&notifier.lock);
+		pthread_join(nt, NULL);
+	}
 out_unmount:
 	fuse_session_unmount(se);
 out_signals:

@@ -507,9 +507,20 @@ static void test_syntax_and_long_lines(void **state)
 	expect_err(t, 2, "salt: value longer than 63");
 }
 
+/* The documented example at the repository root must stay valid. */
+static void test_example_conf(void **state)
+{
+	struct kvfs_conf c;
+
+	assert_int_equal(kvfs_conf_load("kvfs.conf", &c), 0);
+	assert_true(c.n_ns >= 1);
+	assert_int_equal(c.gpu_backend, KVFS_CONF_GPU_SHM);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_example_conf),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_full_valid),
 		cmocka_unit_test(test_load_file),
