@@ -126,7 +126,7 @@ $(LIB): $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # Clients of libkvfs link it first ($^ keeps prerequisite order).
-$(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs: $(LIBKVFS_A)
+$(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl: $(LIBKVFS_A)
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:

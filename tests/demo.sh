@@ -36,6 +36,12 @@ cat >"$STORE/kvfs.conf" <<EOC
 [tier.dram]
 capacity = 64M
 
+# The device tier: a shared-memory pool standing in for GPU memory, which
+# .kvfs/ctl FETCH fills and engines map.
+[tier.gpu]
+backend = shm
+capacity = 256M
+
 [policy]
 name = lru
 
@@ -60,6 +66,11 @@ step "engine: read every block back (read()) and check its bytes"
 "$BIN/kvfs-gen" verify "$MNT/$NS" "${GEOM[@]}"
 step "engine: again through mmap()"
 "$BIN/kvfs-gen" verify "$MNT/$NS" "${GEOM[@]}" --mmap
+
+if [ -x "$BIN/kvfs-engine" ]; then
+	step "example engine (libkvfs): requests with shared prefixes; hits fetched into the device pool and into engine memory per layer"
+	"$BIN/kvfs-engine" "$MNT" --ns "$NS" --requests 24 --prefixes 4 --blocks 16 --shared 4 --seed 42
+fi
 
 step "ls -l $NS (first 8 of $(ls "$MNT/$NS" | wc -l))"
 ls -l "$MNT/$NS" | head -n 9

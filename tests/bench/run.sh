@@ -163,6 +163,10 @@ log_level = warn
 [tier.dram]
 capacity = 512M
 
+[tier.gpu]
+backend = shm
+capacity = 256M
+
 [policy]
 name = lru
 
@@ -267,6 +271,12 @@ figure "$t" \
 	"$BIO" create --iters "$CREATE_REPS" --stats "$MNT/.kvfs/stats" \
 	--names kvfs,tmpfs --label "[4] block creates" \
 	"$SHM/src" "$MNT/$NS" "$SHM/create"
+
+# --- 5, 6. the control file ------------------------------------------------
+if [ -x "$BDIR/bench/bench_ctl" ]; then
+	"$BDIR/bench/bench_ctl" "$MNT" "$NS" --iters "${BENCH_CTL_ITERS:-2000}" \
+		--summary "$SUMMARY" || echo "    (no figure: bench_ctl failed)"
+fi
 
 # --- summary ------------------------------------------------------------
 echo

@@ -20,8 +20,10 @@ t_check "the pool shows in the stats" test "$(kvfs_stat tier.gpu.capacity_bytes)
 KVFS_MNT=$MNT KVFS_NS=$NS t_cmocka ctl "$BIN/../itests/ctl_client"
 t_check "the daemon survived every bad request" test "$(kvfs_stat ctl.leases)" -eq 0
 t_check "bad requests were logged" grep -q "ctl: malformed request" "$STORE/kvfs.log"
+pid=$KVFS_PID
+t_check "the pool is a shm object named for this daemon" sh -c "ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"
 t_check "unmount with the pool" kvfs_unmount
-t_check "the pool's shm object is gone after unmount" sh -c "! ls /dev/shm | grep -q '^kvfs-.*-pool'"
+t_check "the pool's shm object is gone after unmount" sh -c "! ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"
 
 # A cuda tier on a machine without a usable GPU refuses to start, saying so.
 sed -i 's/^backend = shm/backend = cuda/' "$STORE/kvfs.conf"
