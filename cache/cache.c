@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
+#include "cache/chunk.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -347,6 +348,7 @@ static void block_destroy(struct kvfs_cache *c, struct kvfs_block *b)
 	}
 	if (b->parent)
 		kvfs_cache_put(c, b->parent);
+	free(b->ccrc);
 	pthread_mutex_destroy(&b->lock);
 	pthread_mutex_destroy(&b->io_lock);
 	free(b);
@@ -801,6 +803,18 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	atomic_store(&b->tiers, KVFS_TIER_BIT_DRAM);
 	atomic_store(&b->last_access, b->created);
 	atomic_fetch_add(&dram->st.blocks, 1);
+	/* Per-chunk checksums, while the image is at hand: sparse reads
+	 * from the SSD verify each chunk with them.
+	 */
+	b->ccrc = kvfs_chunk_ncrcs(b) ?
+			  malloc(kvfs_chunk_ncrcs(b) * sizeof(*b->ccrc)) :
+			  NULL;
+	if (kvfs_chunk_ncrcs(b) && !b->ccrc) {
+		rc = -ENOMEM;
+		goto out_free_block;
+	}
+	if (b->ccrc)
+		kvfs_chunk_crcs(b, ext.ptr, b->ccrc);
 
 	/* One reference for the index, one for the caller. */
 	atomic_store(&b->refs, 2);
@@ -827,6 +841,11 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	*out = b;
 	return 0;
 
+out_free_block:
+	atomic_store(&b->refs, 1);
+	kvfs_cache_put(c, b); /* frees the DRAM extent with it */
+	ext.ptr = NULL;
+	goto out_put_parent;
 out_free_ext:
 	dram->ops->free(dram, &ext);
 out_put_parent:

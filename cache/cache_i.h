@@ -69,6 +69,8 @@ struct kvfs_block {
 	struct kvfs_extent ssd;  /* b->lock; valid with PERSISTED */
 	struct kvfs_extent gpu;  /* b->lock; the whole image in the device pool */
 	atomic_int leases;       /* ctl leases: never moved while nonzero */
+	uint32_t *ccrc;          /* b->lock: per-piece CRCs (chunk.h), set at
+				  * commit or loaded at the first sparse read */
 
 	atomic_bool touched;    /* on the touch stack */
 	struct kvfs_block *touch_next; /* touch stack */
@@ -145,6 +147,11 @@ struct kvfs_cache {
 	pthread_t mv_thread;
 	bool mv_started;
 
+	struct kvfs_chunk_state *chunks; /* chunk.c: the chunk cache */
+	pthread_mutex_t bg_lock;  /* guards bg_jobs */
+	pthread_cond_t bg_cond;   /* bg_jobs reached 0 */
+	unsigned bg_jobs;         /* detached prefetch threads running */
+
 	/* set once before the mount serves requests */
 	void (*delete_hook)(void *arg, uint64_t dir_ino, const char *name);
 	void *delete_hook_arg;
@@ -190,6 +197,12 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **b, size_t n,
 int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b);
 void kvfs_ctl_reclaim(struct kvfs_cache *c);
 uint64_t kvfs_block_payload_off(const struct kvfs_block *b);
+
+/* Detached background jobs (prefetch, speculative chunk loads) count
+ * themselves so that shutdown can wait for them.
+ */
+void kvfs_bg_begin(struct kvfs_cache *c);
+void kvfs_bg_end(struct kvfs_cache *c);
 
 /* cache_wb.c */
 int kvfs_wb_start(struct kvfs_cache *c);

@@ -12,6 +12,7 @@
 
 #include "cache/cache_i.h"
 #include "cache/extent.h"
+#include "cache/chunk.h"
 #include "cache/ctl.h"
 #include <unistd.h>
 #include "meta/log.h"
@@ -499,6 +500,21 @@ static int open_gpu(struct kvfs_cache *c)
 	return 0;
 }
 
+void kvfs_bg_begin(struct kvfs_cache *c)
+{
+	pthread_mutex_lock(&c->bg_lock);
+	c->bg_jobs++;
+	pthread_mutex_unlock(&c->bg_lock);
+}
+
+void kvfs_bg_end(struct kvfs_cache *c)
+{
+	pthread_mutex_lock(&c->bg_lock);
+	if (--c->bg_jobs == 0)
+		pthread_cond_broadcast(&c->bg_cond);
+	pthread_mutex_unlock(&c->bg_lock);
+}
+
 /* ------------------------------------------------------------ lifecycle */
 
 int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
@@ -527,6 +543,8 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	pthread_mutex_init(&c->mv_lock, NULL);
 	pthread_mutex_init(&c->gpu_load_lock, NULL);
 	pthread_mutex_init(&c->ctl_lock, NULL);
+	pthread_mutex_init(&c->bg_lock, NULL);
+	pthread_cond_init(&c->bg_cond, NULL);
 	pthread_cond_init(&c->mv_cond, NULL);
 	atomic_store(&c->next_ino, KVFS_INO_BLOCK_BASE);
 
@@ -575,6 +593,9 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	rc = recover_blocks(c);
 	if (rc)
 		goto out_free;
+	rc = kvfs_chunk_init(c);
+	if (rc)
+		goto out_free;
 	rc = kvfs_wb_start(c);
 	if (rc)
 		goto out_free;
@@ -591,6 +612,11 @@ void kvfs_cache_free(struct kvfs_cache *c)
 {
 	if (!c)
 		return;
+	/* Background loads hold block references and use the tiers. */
+	pthread_mutex_lock(&c->bg_lock);
+	while (c->bg_jobs)
+		pthread_cond_wait(&c->bg_cond, &c->bg_lock);
+	pthread_mutex_unlock(&c->bg_lock);
 	kvfs_wb_stop(c);
 	while (c->sessions)
 		kvfs_ctl_close(c->sessions);
@@ -601,6 +627,10 @@ void kvfs_cache_free(struct kvfs_cache *c)
 	}
 	if (c->store)
 		kvfs_counters_flush(c);
+	if (c->chunks) {
+		kvfs_chunk_flush(c);
+		kvfs_chunk_release(c);
+	}
 	while (c->pending)
 		kvfs_cache_abandon(c, c->pending);
 	/* Children hold references to parents, so drop every index

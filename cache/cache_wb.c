@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
+#include "cache/chunk.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -71,6 +72,10 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 			goto out_unlock;
 		rc = kvfs_meta_blk_del(t, b->pn.key);
 		if (!rc || rc == -ENOENT)
+			rc = kvfs_meta_ccrc_del(t, b->pn.key);
+		if (!rc)
+			rc = kvfs_meta_score_del_block(t, b->pn.key);
+		if (!rc)
 			rc = kvfs_meta_free_give(t, b->ssd.off, b->ssd.len);
 		if (rc) {
 			kvfs_meta_txn_abort(t);
@@ -88,6 +93,7 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 	pthread_mutex_lock(&c->policy_lock);
 	kvfs_policy_forget(c->policy, &b->pn);
 	pthread_mutex_unlock(&c->policy_lock);
+	kvfs_chunk_forget(c, b);
 	atomic_fetch_add(&c->st_deletes, 1);
 	kvfs_dbg("ns %s: block %s.kv %s", b->ns->rec.name, hex, why);
 	if (c->delete_hook && strcmp(why, "unlinked")) {
@@ -546,6 +552,9 @@ int kvfs_wb_pass(struct kvfs_cache *c)
 			r.tiers |= KVFS_TIER_BIT_SSD;
 			pthread_mutex_unlock(&b->lock);
 			rc = kvfs_meta_blk_put(t, b->pn.key, &r);
+			if (!rc && b->ccrc)
+				rc = kvfs_meta_ccrc_put(t, b->pn.key, b->ccrc,
+							kvfs_chunk_ncrcs(b));
 			if (!rc)
 				rc = kvfs_meta_free_take(t, it[i].ext.off,
 							 it[i].ext.len);
@@ -733,6 +742,7 @@ static void *mv_main(void *arg)
 		kvfs_promote_pass(c);
 		kvfs_ctl_reclaim(c);
 		kvfs_counters_flush(c);
+		kvfs_chunk_flush(c);
 
 		pthread_mutex_lock(&c->mv_lock);
 	}

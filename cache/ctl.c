@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cache/cache_i.h"
+#include "cache/chunk.h"
 #include "cache/ctl.h"
 #include "fs/kvfs_ctl.h"
 #include "meta/guard.h"
@@ -34,11 +35,21 @@ struct lease {
 	uint64_t since; /* monotonic ns of the last take */
 };
 
+/* A pool region FETCH_CHUNKS (F_POOL) filled for a client: held like a
+ * lease, by the process that asked.
+ */
+struct region {
+	struct kvfs_extent ext;
+	int pid;
+};
+
 struct kvfs_ctl_session {
 	struct kvfs_cache *c;
-	pthread_mutex_t lock; /* guards l, n, cap */
+	pthread_mutex_t lock; /* guards l, n, cap, rg, nrg, caprg */
 	struct lease *l;
 	size_t n, cap;
+	struct region *rg;
+	size_t nrg, caprg;
 	struct kvfs_ctl_session *next; /* c->ctl_lock */
 };
 
@@ -120,12 +131,29 @@ out_count:
 	return 0;
 }
 
+/* Caller holds s->lock. */
+static void region_drop_at(struct kvfs_ctl_session *s, size_t i)
+{
+	struct kvfs_tier *gpu = s->c->tier[KVFS_TIER_GPU];
+
+	gpu->ops->free(gpu, &s->rg[i].ext);
+	s->rg[i] = s->rg[--s->nrg];
+}
+
+/* Caller holds s->lock. */
+static void regions_drop_pid(struct kvfs_ctl_session *s, int pid)
+{
+	for (size_t i = s->nrg; i-- > 0;)
+		if (pid < 0 || s->rg[i].pid == pid)
+			region_drop_at(s, i);
+}
+
 void kvfs_ctl_flush(struct kvfs_ctl_session *s, int tid)
 {
 	int pid;
 
 	pthread_mutex_lock(&s->lock);
-	if (!s->n) {
+	if (!s->n && !s->nrg) {
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
@@ -135,6 +163,7 @@ void kvfs_ctl_flush(struct kvfs_ctl_session *s, int tid)
 	for (size_t i = s->n; i-- > 0;)
 		if (s->l[i].pid == pid)
 			lease_drop_at(s, i);
+	regions_drop_pid(s, pid);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -157,9 +186,11 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s)
 	pthread_mutex_lock(&s->lock);
 	while (s->n)
 		lease_drop_at(s, s->n - 1);
+	regions_drop_pid(s, -1);
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_destroy(&s->lock);
 	free(s->l);
+	free(s->rg);
 	free(s);
 }
 
@@ -225,7 +256,8 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 		return bad("size field differs from the bytes sent", r->op);
 	if (!memchr(r->ns, 0, sizeof(r->ns)))
 		return bad("namespace not NUL-terminated", r->op);
-	if (r->flags & ~(unsigned)(KVFS_CTL_F_ACCESS | KVFS_CTL_F_TOKENS))
+	if (r->flags & ~(unsigned)(KVFS_CTL_F_ACCESS | KVFS_CTL_F_TOKENS |
+				   KVFS_CTL_F_SPECULATE | KVFS_CTL_F_POOL))
 		return bad("unknown flags", r->op);
 	if (!all_zero(r->reserved, sizeof(r->reserved)))
 		return bad("reserved bytes not zero", r->op);
@@ -233,8 +265,12 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 	    r->n_tokens > KVFS_CTL_MAX_SIZE / 4 ||
 	    r->n_dst > KVFS_CTL_MAX_BLOCKS)
 		return bad("too many keys, tokens or destinations", r->op);
+	if (r->n_chunks > KVFS_CTL_MAX_SIZE / 4 ||
+	    r->n_scores > KVFS_CTL_MAX_SIZE / 4)
+		return bad("too many chunks or scores", r->op);
 	want = sizeof(*r) + (uint64_t)r->n_keys * 16 +
-	       (uint64_t)r->n_tokens * 4 + (uint64_t)r->n_dst * 8;
+	       (uint64_t)r->n_tokens * 4 + (uint64_t)r->n_dst * 8 +
+	       (uint64_t)r->n_chunks * 4 + (uint64_t)r->n_scores * 4;
 	if (want != len)
 		return bad("size does not match the array counts", r->op);
 	if (r->tier > 3)
@@ -243,8 +279,30 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 		return bad("FETCH_INTO needs one destination per key", r->op);
 	if (r->op == KVFS_CTL_FETCH_INTO && (r->flags & KVFS_CTL_F_TOKENS))
 		return bad("FETCH_INTO takes keys, not tokens", r->op);
-	if (r->op != KVFS_CTL_FETCH_INTO && r->n_dst)
+	if (r->op == KVFS_CTL_FETCH_CHUNKS) {
+		if (r->n_dst != ((r->flags & KVFS_CTL_F_POOL) ? 0u : 1u))
+			return bad("FETCH_CHUNKS takes one destination, or none "
+				   "with F_POOL", r->op);
+		if (!r->n_keys || !r->n_chunks || !r->n_layers)
+			return bad("FETCH_CHUNKS needs keys, chunks and layers",
+				   r->op);
+		if (r->n_scores)
+			return bad("FETCH_CHUNKS takes no scores", r->op);
+	} else if (r->op != KVFS_CTL_FETCH_INTO && r->n_dst) {
 		return bad("destinations given to an operation without any",
+			   r->op);
+	}
+	if (r->op == KVFS_CTL_SCORES &&
+	    (!r->n_keys || !r->n_chunks || r->n_scores != r->n_chunks))
+		return bad("SCORES pairs one score with each chunk", r->op);
+	if (r->op != KVFS_CTL_FETCH_CHUNKS && r->op != KVFS_CTL_SCORES &&
+	    (r->n_chunks || r->n_scores || r->layer_first || r->n_layers ||
+	     r->sub_period))
+		return bad("chunk fields given to an operation without any",
+			   r->op);
+	if (r->flags & (KVFS_CTL_F_SPECULATE | KVFS_CTL_F_POOL) &&
+	    r->op != KVFS_CTL_FETCH_CHUNKS)
+		return bad("chunk flags given to an operation without any",
 			   r->op);
 	return 0;
 }
@@ -259,6 +317,8 @@ struct ctx {
 	const uint8_t (*keys)[16];
 	const uint32_t *tokens;
 	const struct kvfs_ctl_dst *dst;
+	const uint32_t *chunks;
+	const float *scores;
 	struct kvfs_ns *ns;
 	uint8_t (*chain)[16]; /* keys derived from tokens */
 	size_t nk;            /* keys to work on */
@@ -774,6 +834,7 @@ static int op_release(struct ctx *x)
 		for (size_t j = x->s->n; j-- > 0;)
 			if (x->s->l[j].pid == x->pid)
 				lease_drop_at(x->s, j);
+		regions_drop_pid(x->s, x->pid);
 	}
 	for (size_t i = 0; i < x->nk; i++) {
 		for (size_t j = 0; j < x->s->n; j++) {
@@ -839,6 +900,7 @@ static void *prefetch_main(void *arg)
 		}
 	}
 	put_all(j->c, j->v, j->n);
+	kvfs_bg_end(j->c);
 	free(j->v);
 	free(j);
 	return NULL;
@@ -875,7 +937,9 @@ static int op_prefetch(struct ctx *x)
 	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	kvfs_bg_begin(x->c);
 	if (pthread_create(&t, &at, prefetch_main, j)) {
+		kvfs_bg_end(x->c);
 		put_all(x->c, j->v, j->n);
 		free(j->v);
 		free(j);
@@ -948,7 +1012,359 @@ static int op_stats(struct ctx *x)
 	st->fetch_bytes = atomic_load(&x->c->st_fetch_bytes);
 	st->fetch_into_bytes = atomic_load(&x->c->st_fetch_into_bytes);
 	st->saves = atomic_load(&x->c->st_saves);
+	struct kvfs_chunk_stats cs;
+
+	kvfs_chunk_get_stats(x->c, &cs);
+	st->chunk_bytes_wanted = cs.bytes_wanted;
+	st->chunk_bytes_read = cs.bytes_read;
+	st->chunk_reads = cs.ssd_reads;
+	st->chunk_hits = cs.mem_hits;
+	st->spec_loaded = cs.spec_loaded;
+	st->spec_used = cs.spec_used;
 	return 0;
+}
+
+/* ------------------------------------------------------ chunks (issue 6) */
+
+/* Map prefix-global chunk @j over blocks @v to (block, local chunk). */
+static int chunk_locate(struct ctx *x, struct kvfs_block **v, uint32_t j,
+			size_t *bi, uint32_t *local)
+{
+	uint32_t c = x->ns->geom.chunk_tokens;
+
+	for (size_t i = 0; i < x->nk; i++) {
+		uint32_t n = (v[i]->n_tokens + c - 1) / c;
+
+		if (j < n) {
+			*bi = i;
+			*local = j;
+			return 0;
+		}
+		j -= n;
+	}
+	return -EINVAL;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+struct spec_job {
+	struct kvfs_cache *c;
+	struct kvfs_block **v;
+	size_t nv;
+	struct kvfs_chunk_piece *p;
+	size_t n;
+};
+
+static void *spec_main(void *arg)
+{
+	struct spec_job *j = arg;
+	struct kvfs_chunk_result res;
+
+	kvfs_chunk_read(j->c, j->p, j->n, KVFS_CHUNK_SPECULATIVE, &res);
+	put_all(j->c, j->v, j->nv);
+	kvfs_bg_end(j->c);
+	free(j->v);
+	free(j->p);
+	free(j);
+	return NULL;
+}
+
+/*
+ * Inter-period prefetch: the same chunks for the next period's layers,
+ * loaded into the chunk cache by a background thread while the engine
+ * computes this period.
+ */
+static void speculate(struct ctx *x, struct kvfs_block **v,
+		      const size_t *bi, const uint32_t *local)
+{
+	uint32_t first = x->r->layer_first + x->r->n_layers;
+	uint32_t nl = x->r->n_layers, layers = x->ns->geom.n_layers;
+	struct spec_job *j;
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (first >= layers)
+		return; /* the last period: nothing follows */
+	if (first + nl > layers)
+		nl = layers - first; /* a remainder period */
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return;
+	j->c = x->c;
+	j->n = (size_t)nl * x->r->n_chunks;
+	j->p = calloc(j->n, sizeof(*j->p));
+	j->v = calloc(x->nk, sizeof(*j->v));
+	if (!j->p || !j->v)
+		goto out_free;
+	for (size_t i = 0; i < x->nk; i++) {
+		kvfs_block_get_ref(v[i]);
+		j->v[j->nv++] = v[i];
+	}
+	for (uint32_t l = 0; l < nl; l++)
+		for (uint32_t k = 0; k < x->r->n_chunks; k++) {
+			struct kvfs_chunk_piece *pc =
+				&j->p[(size_t)l * x->r->n_chunks + k];
+
+			pc->b = v[bi[k]];
+			pc->layer = first + l;
+			pc->chunk = local[k];
+		}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	kvfs_bg_begin(x->c);
+	if (pthread_create(&t, &at, spec_main, j) == 0) {
+		pthread_attr_destroy(&at);
+		return;
+	}
+	kvfs_bg_end(x->c);
+	pthread_attr_destroy(&at);
+	put_all(x->c, j->v, j->nv);
+out_free:
+	free(j->p);
+	free(j->v);
+	free(j);
+}
+
+static int op_fetch_chunks(struct ctx *x)
+{
+	const struct kvfs_ctl_req *r = x->r;
+	const struct kvfs_geom *g = &x->ns->geom;
+	struct kvfs_tier *gpu = x->c->tier[KVFS_TIER_GPU];
+	const struct kvfs_gpu_ops *go = x->c->gops;
+	struct kvfs_gpu_peer *peer = NULL;
+	struct kvfs_extent region = { 0 };
+	struct kvfs_chunk_piece *pc = NULL;
+	struct kvfs_gpu_xfer *xf = NULL;
+	struct kvfs_block **v = NULL;
+	struct sync_word sw = { 0 };
+	uint32_t *sorted = NULL, *local = NULL;
+	size_t *bi = NULL;
+	uint8_t *stage = NULL;
+	uint64_t cb = 0, lo, total, region_off = 0;
+	uint32_t sp, nc = r->n_chunks;
+	bool pool = r->flags & KVFS_CTL_F_POOL;
+	int rc = 0;
+
+	if (need_gpu(x))
+		return 0;
+	if (r->layer_first >= g->n_layers ||
+	    r->n_layers > g->n_layers - r->layer_first)
+		return fail(x, -EINVAL, "layers %u..%u outside 0..%u",
+			    r->layer_first, r->layer_first + r->n_layers,
+			    g->n_layers);
+	if (kvfs_fmt_chunk_range(g, g->block_tokens, 0, 0, &lo, &cb) || !cb)
+		return fail(x, -EINVAL, "%s", "no chunk layout for the "
+			    "namespace");
+	if ((uint64_t)r->n_layers * nc * cb > (64ull << 30))
+		return fail(x, -E2BIG, "%s", "request larger than 64 GiB");
+	v = calloc(x->nk, sizeof(*v));
+	bi = calloc(nc, sizeof(*bi));
+	local = calloc(nc, sizeof(*local));
+	sorted = calloc(nc, sizeof(*sorted));
+	if (!v || !bi || !local || !sorted) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	/* Duplicate indices would deliver one chunk twice: refused. */
+	memcpy(sorted, x->chunks, nc * sizeof(*sorted));
+	qsort(sorted, nc, sizeof(*sorted), cmp_u32);
+	for (uint32_t k = 1; k < nc; k++)
+		if (sorted[k] == sorted[k - 1]) {
+			fail(x, -EINVAL, "chunk %u requested twice",
+			     sorted[k]);
+			goto out_free;
+		}
+	rc = find_all(x, v);
+	if (rc || x->resp->error)
+		goto out_free;
+	for (uint32_t k = 0; k < nc; k++)
+		if (chunk_locate(x, v, x->chunks[k], &bi[k], &local[k])) {
+			fail(x, -EINVAL, "chunk %u is past the prefix's last "
+			     "token", x->chunks[k]);
+			goto out_put;
+		}
+	total = (uint64_t)r->n_layers * nc * cb;
+	sp = r->sub_period && r->sub_period < r->n_layers ? r->sub_period
+							   : r->n_layers;
+	if (pool) {
+		rc = gpu->ops->alloc(gpu, total, &region);
+		if (rc) {
+			fail(x, -ENOSPC, "%s", "no room in the device pool for "
+			     "the chunks");
+			rc = 0;
+			goto out_put;
+		}
+	} else {
+		rc = go->peer_open(gpu, &r->peer, &peer);
+		if (rc) {
+			fail(x, rc, "%s", "cannot open the caller's memory");
+			rc = 0;
+			goto out_put;
+		}
+		if (x->dst[0].off > go->peer_size(peer) ||
+		    total > go->peer_size(peer) - x->dst[0].off) {
+			fail(x, -EINVAL, "%s", "the chunks do not fit in the "
+			     "caller's memory at that offset");
+			goto out_peer;
+		}
+	}
+	if (r->sync.shm_name[0] && sync_open(x, &sw))
+		goto out_region;
+	stage = malloc((size_t)sp * nc * cb);
+	pc = calloc((size_t)sp * nc, sizeof(*pc));
+	xf = calloc(nc, sizeof(*xf));
+	if (!stage || !pc || !xf) {
+		rc = -ENOMEM;
+		goto out_sync;
+	}
+	if (sw.w)
+		sync_signal(&sw, 0);
+	/* One I/O batch per sub-period of layers; each layer is signalled
+	 * as soon as it has been delivered.
+	 */
+	for (uint32_t l0 = 0; l0 < r->n_layers; l0 += sp) {
+		uint32_t nl = r->n_layers - l0 < sp ? r->n_layers - l0 : sp;
+		struct kvfs_chunk_result res = { 0 };
+
+		for (uint32_t l = 0; l < nl; l++)
+			for (uint32_t k = 0; k < nc; k++) {
+				struct kvfs_chunk_piece *q =
+					&pc[(size_t)l * nc + k];
+
+				memset(q, 0, sizeof(*q));
+				q->b = v[bi[k]];
+				q->layer = r->layer_first + l0 + l;
+				q->chunk = local[k];
+				q->dst = stage + ((size_t)l * nc + k) * cb;
+			}
+		rc = kvfs_chunk_read(x->c, pc, (size_t)nl * nc, 0, &res);
+		x->resp->bytes_wanted += res.bytes_wanted;
+		x->resp->bytes_read += res.bytes_read;
+		x->resp->ssd_reads += res.ssd_reads;
+		x->resp->mem_hits += res.mem_hits;
+		x->resp->spec_hits += res.spec_hits;
+		if (rc) {
+			if (sw.w)
+				sync_signal(&sw, KVFS_CTL_SYNC_FAILED | l0);
+			fail(x, rc, "%s", rc == -EBADMSG ?
+				"a chunk failed its checksum" :
+				"reading the chunks failed");
+			rc = 0;
+			goto out_sync;
+		}
+		for (uint32_t l = 0; l < nl; l++) {
+			uint64_t base = ((uint64_t)(l0 + l) * nc) * cb;
+
+			for (uint32_t k = 0; k < nc; k++) {
+				memset(&xf[k], 0, sizeof(xf[k]));
+				xf[k].host = stage + ((size_t)l * nc + k) * cb;
+				xf[k].len = cb;
+				if (pool) {
+					xf[k].pool = &region;
+					xf[k].off = base + k * cb;
+				} else {
+					xf[k].peer_off = x->dst[0].off + base +
+							 k * cb;
+				}
+			}
+			rc = pool ? go->upload(gpu, xf, nc) :
+				    go->peer_write(gpu, peer, xf, nc);
+			if (rc) {
+				if (sw.w)
+					sync_signal(&sw, KVFS_CTL_SYNC_FAILED |
+							     (l0 + l));
+				fail(x, rc, "%s", "delivering the chunks "
+				     "failed");
+				rc = 0;
+				goto out_sync;
+			}
+			if (sw.w)
+				sync_signal(&sw, l0 + l + 1);
+		}
+	}
+	if (r->flags & KVFS_CTL_F_SPECULATE)
+		speculate(x, v, bi, local);
+	if (pool) {
+		pthread_mutex_lock(&x->s->lock);
+		if (x->s->nrg == x->s->caprg) {
+			size_t cap = x->s->caprg ? x->s->caprg * 2 : 8;
+			struct region *nr = realloc(x->s->rg,
+						    cap * sizeof(*nr));
+
+			if (nr) {
+				x->s->rg = nr;
+				x->s->caprg = cap;
+			}
+		}
+		if (x->s->nrg < x->s->caprg) {
+			x->s->rg[x->s->nrg++] =
+				(struct region){ region, x->pid };
+			region_off = region.off;
+			memset(&region, 0, sizeof(region));
+		}
+		pthread_mutex_unlock(&x->s->lock);
+		if (region.len) {
+			rc = -ENOMEM;
+			goto out_sync;
+		}
+		go->describe(gpu, &x->resp->pool);
+		x->resp->n_blocks = 1;
+		x->blk[0].pool_off = region_off;
+		x->blk[0].len = total;
+		x->blk[0].layer_bytes = (uint64_t)nc * cb;
+	}
+out_sync:
+	sync_close(&sw);
+out_region:
+	if (region.len)
+		gpu->ops->free(gpu, &region);
+out_peer:
+	if (peer)
+		go->peer_close(gpu, peer);
+out_put:
+	put_all(x->c, v, x->nk);
+out_free:
+	free(v);
+	free(bi);
+	free(local);
+	free(sorted);
+	free(stage);
+	free(pc);
+	free(xf);
+	return rc;
+}
+
+static int op_scores(struct ctx *x)
+{
+	struct kvfs_block **v = calloc(x->nk, sizeof(*v));
+	int rc = 0;
+
+	if (!v)
+		return -ENOMEM;
+	if (find_all(x, v) || x->resp->error)
+		goto out_free;
+	/* Each report is one engine request: the unit of score decay. */
+	kvfs_chunk_tick(x->c);
+	for (uint32_t k = 0; k < x->r->n_chunks; k++) {
+		uint32_t local;
+		size_t bi;
+
+		if (chunk_locate(x, v, x->chunks[k], &bi, &local) ||
+		    kvfs_chunk_score(x->c, v[bi], local, x->scores[k])) {
+			fail(x, -EINVAL, "chunk %u: out of range, or its score "
+			     "is negative or not finite", x->chunks[k]);
+			break;
+		}
+	}
+	put_all(x->c, v, x->nk);
+out_free:
+	free(v);
+	return rc;
 }
 
 int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
@@ -965,6 +1381,8 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
 	x.keys = (const void *)((const uint8_t *)req + sizeof(*r));
 	x.tokens = (const uint32_t *)((const uint8_t *)x.keys + 16 * r->n_keys);
 	x.dst = (const void *)((const uint8_t *)x.tokens + 4 * r->n_tokens);
+	x.chunks = (const uint32_t *)((const uint8_t *)x.dst + 8 * r->n_dst);
+	x.scores = (const float *)(x.chunks + r->n_chunks);
 	if ((r->flags & KVFS_CTL_F_TOKENS) && r->n_keys)
 		return bad("F_TOKENS with keys", r->op);
 
@@ -972,8 +1390,10 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
 	nblk = r->n_keys;
 	if (r->flags & KVFS_CTL_F_TOKENS)
 		nblk = r->n_tokens; /* an upper bound; trimmed below */
-	if (r->op != KVFS_CTL_LOOKUP && r->op != KVFS_CTL_FETCH &&
-	    r->op != KVFS_CTL_FETCH_INTO)
+	if (r->op == KVFS_CTL_FETCH_CHUNKS)
+		nblk = (r->flags & KVFS_CTL_F_POOL) ? 1 : 0;
+	else if (r->op != KVFS_CTL_LOOKUP && r->op != KVFS_CTL_FETCH &&
+		 r->op != KVFS_CTL_FETCH_INTO)
 		nblk = 0;
 	size = sizeof(struct kvfs_ctl_resp) + nblk * sizeof(struct kvfs_ctl_block);
 	x.resp = calloc(1, size);
@@ -985,13 +1405,15 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
 	x.resp->op = r->op;
 
 	if (r->op == KVFS_CTL_FETCH || r->op == KVFS_CTL_FETCH_INTO ||
-	    r->op == KVFS_CTL_RELEASE || r->op == KVFS_CTL_STATS)
+	    r->op == KVFS_CTL_RELEASE || r->op == KVFS_CTL_STATS ||
+	    r->op == KVFS_CTL_FETCH_CHUNKS)
 		x.pid = tgid_of(pid);
 	rc = resolve(&x);
 	if (rc || x.resp->error)
 		goto out_done;
 	/* Refuse before acting if the answer cannot travel back. */
-	if (nblk && sizeof(struct kvfs_ctl_resp) +
+	if (nblk && r->op != KVFS_CTL_FETCH_CHUNKS &&
+	    sizeof(struct kvfs_ctl_resp) +
 			    x.nk * sizeof(struct kvfs_ctl_block) > max_resp) {
 		rc = -E2BIG;
 		goto out_done;
@@ -1007,6 +1429,8 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
 	case KVFS_CTL_PREFETCH: rc = op_prefetch(&x); break;
 	case KVFS_CTL_EVICT: rc = op_evict(&x); break;
 	case KVFS_CTL_STATS: rc = op_stats(&x); break;
+	case KVFS_CTL_FETCH_CHUNKS: rc = op_fetch_chunks(&x); break;
+	case KVFS_CTL_SCORES: rc = op_scores(&x); break;
 	}
 out_done:
 	free(x.chain);

@@ -24,6 +24,8 @@
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
  *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
  *                lease_ms 1..86400000
+ *   [chunks]     dram_capacity 0..16T, gpu_capacity 0..16T,
+ *                score_halflife 0..1e9 (requests; 0 = no decay)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
  *                for the policy to check (at most KVFS_CONF_MAX_OPTS)
  *   [namespace NAME]
@@ -267,6 +269,14 @@ static const struct conf_key gpu_keys[] = {
 	{ NULL },
 };
 
+static const struct conf_key chunk_keys[] = {
+	SIZE("dram_capacity", struct kvfs_conf, chunk_dram, 0, 16ull << 40),
+	SIZE("gpu_capacity", struct kvfs_conf, chunk_gpu, 0, 16ull << 40),
+	U32("score_halflife", struct kvfs_conf, score_halflife, 0,
+	    1000000000, false),
+	{ NULL },
+};
+
 static const struct conf_key policy_keys[] = {
 	STR("name", struct kvfs_conf, policy, set_policy_name),
 	{ NULL },
@@ -367,6 +377,7 @@ static const struct conf_section sections[] = {
 	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
 	{ .name = "tier.ssd", .keys = ssd_keys, .target = conf_target },
 	{ .name = "tier.gpu", .keys = gpu_keys, .target = conf_target },
+	{ .name = "chunks", .keys = chunk_keys, .target = conf_target },
 	{ .name = "policy", .keys = policy_keys, .target = conf_target,
 	  .other = policy_other },
 	{ .name = NS_PREFIX, .named = true, .keys = ns_keys,
@@ -556,6 +567,7 @@ void kvfs_conf_defaults(struct kvfs_conf *c)
 	c->writeback_batch = 64;
 	c->gpu_capacity = 256ull << 20;
 	c->lease_ms = 60000;
+	c->chunk_dram = 64ull << 20;
 	strcpy(c->policy, "lru");
 }
 

@@ -51,6 +51,10 @@ struct kvfs_conf {
 	uint64_t gpu_capacity;     /* bytes of the device pool */
 	unsigned lease_ms;         /* leases older than this are reclaimed
 				    * (default 60000) */
+	/* [chunks] */
+	uint64_t chunk_dram;       /* chunk cache in DRAM (default 64M) */
+	uint64_t chunk_gpu;        /* chunk cache in the device pool (0) */
+	unsigned score_halflife;   /* requests; 0 = scores never decay */
 	/* [policy] */
 	char policy[32];           /* default "lru" */
 	size_t n_policy_opts;

@@ -18,8 +18,9 @@
  *
  * A request is a struct kvfs_ctl_req followed by its arrays, in this order:
  *   keys[n_keys][16], tokens[n_tokens] (u32), dst[n_dst] (struct
- *   kvfs_ctl_dst). A response is a struct kvfs_ctl_resp followed by
- *   blocks[n_blocks] (struct kvfs_ctl_block).
+ *   kvfs_ctl_dst), chunks[n_chunks] (u32), scores[n_scores] (float).
+ * A response is a struct kvfs_ctl_resp followed by blocks[n_blocks]
+ * (struct kvfs_ctl_block).
  *
  * Every integer is in host byte order (client and daemon share a host).
  * Every struct has a fixed size checked below; reserved fields must be 0.
@@ -57,7 +58,9 @@ enum kvfs_ctl_op {
 	KVFS_CTL_PREFETCH = 8,   /* async hint: bring keys up to a tier */
 	KVFS_CTL_EVICT = 9,      /* drop keys from a tier (or from all) */
 	KVFS_CTL_STATS = 10,     /* counters, in resp.stats */
-	KVFS_CTL_OP_MAX = 10,
+	KVFS_CTL_FETCH_CHUNKS = 11, /* chosen chunks of chosen layers only */
+	KVFS_CTL_SCORES = 12,    /* report chunk attention scores */
+	KVFS_CTL_OP_MAX = 12,
 };
 
 enum kvfs_ctl_flags {
@@ -69,6 +72,14 @@ enum kvfs_ctl_flags {
 	 * from the namespace root (full blocks only).
 	 */
 	KVFS_CTL_F_TOKENS = 1 << 1,
+	/* FETCH_CHUNKS: once this period is served, speculatively load the
+	 * same chunks for the next n_layers layers (inter-period prefetch).
+	 */
+	KVFS_CTL_F_SPECULATE = 1 << 2,
+	/* FETCH_CHUNKS: deliver into a leased region of the device pool
+	 * (resp.blocks[0]) instead of the caller's memory.
+	 */
+	KVFS_CTL_F_POOL = 1 << 3,
 };
 
 /*
@@ -124,9 +135,34 @@ struct kvfs_ctl_req {
 	uint64_t src_off;       /* SAVE: payload offset in peer memory */
 	uint64_t start_pos;     /* SAVE: position of the first token */
 	uint8_t parent[16];     /* SAVE: parent key (the root for a first block) */
-	uint8_t reserved[40];
+	/* FETCH_CHUNKS: layers [layer_first, layer_first + n_layers) (a
+	 * period) of the chunks listed in chunks[]; chunk indices count over
+	 * the whole prefix named by keys[] (chunk j holds tokens
+	 * [j*c, (j+1)*c) of the prefix, c = the namespace's chunk_tokens).
+	 * SCORES: chunks[] and scores[] pair up (n_scores == n_chunks).
+	 */
+	uint32_t layer_first;
+	uint32_t n_layers;
+	uint32_t n_chunks;
+	uint32_t n_scores;
+	/* FETCH_CHUNKS: layers read per I/O batch (ContiguousKV's
+	 * sub-period): the first sub_period layers are signalled complete
+	 * while the next batch is in flight; 0 = the whole period at once.
+	 */
+	uint32_t sub_period;
+	uint8_t reserved[20];
 };
 _Static_assert(sizeof(struct kvfs_ctl_req) == 384, "kvfs_ctl_req size");
+
+/*
+ * FETCH_CHUNKS output layout, in the caller's memory at dst[0].off (one
+ * destination) or in the pool region: for each layer of the period in
+ * order, for each requested chunk in the order given, that chunk's K then
+ * V (chunk_bytes = 2 * c * kv_heads * head_dim * dtype size). A chunk past
+ * the prefix's last token is refused; rows past the last token of a
+ * partial last chunk are zero. Completion is signalled per layer in the
+ * sync word, as for FETCH_INTO.
+ */
 
 /* FETCH_INTO: where block i's payload goes in peer memory. Layer l of
  * the block lands at off + l * layer_bytes (the block file's payload
@@ -152,7 +188,13 @@ struct kvfs_ctl_stats {
 	uint64_t leases_reclaimed; /* taken back after the time limit */
 	uint64_t pool_capacity, pool_used, pool_blocks;
 	uint64_t fetches, fetch_bytes, fetch_into_bytes, saves;
-	uint64_t reserved[6];
+	/* FETCH_CHUNKS, since start: bytes asked for, bytes read from the
+	 * SSD (read amplification = read / wanted), SSD read operations
+	 * after coalescing, chunk pieces served from memory, speculative
+	 * pieces loaded and of those later used.
+	 */
+	uint64_t chunk_bytes_wanted, chunk_bytes_read, chunk_reads;
+	uint64_t chunk_hits, spec_loaded, spec_used;
 };
 _Static_assert(sizeof(struct kvfs_ctl_stats) == 128, "kvfs_ctl_stats size");
 
@@ -167,7 +209,13 @@ struct kvfs_ctl_resp {
 	uint8_t key[16];        /* SAVE: the new block's key */
 	struct kvfs_ctl_mem pool; /* FETCH: the device pool to map */
 	struct kvfs_ctl_stats stats; /* STATS */
-	uint8_t reserved[40];
+	/* FETCH_CHUNKS, this request only */
+	uint64_t bytes_wanted;  /* chunk bytes delivered */
+	uint64_t bytes_read;    /* bytes read from the SSD for them */
+	uint32_t ssd_reads;     /* read operations after coalescing */
+	uint32_t mem_hits;      /* pieces served from DRAM or the pool */
+	uint32_t spec_hits;     /* of those, loaded by a previous SPECULATE */
+	uint8_t reserved[12];
 };
 _Static_assert(sizeof(struct kvfs_ctl_resp) == 352, "kvfs_ctl_resp size");
 
@@ -206,5 +254,7 @@ _Static_assert(sizeof(struct kvfs_ctl_msg) == KVFS_CTL_MSG_SIZE, "msg size");
 #define KVFS_IOC_PREFETCH KVFS_IOC(KVFS_CTL_PREFETCH)
 #define KVFS_IOC_EVICT KVFS_IOC(KVFS_CTL_EVICT)
 #define KVFS_IOC_STATS KVFS_IOC(KVFS_CTL_STATS)
+#define KVFS_IOC_FETCH_CHUNKS KVFS_IOC(KVFS_CTL_FETCH_CHUNKS)
+#define KVFS_IOC_SCORES KVFS_IOC(KVFS_CTL_SCORES)
 
 #endif

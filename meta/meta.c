@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <endian.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ struct kvfs_meta {
 	MDB_dbi dbi_blk;
 	MDB_dbi dbi_free;
 	MDB_dbi dbi_score;
+	MDB_dbi dbi_ccrc;
 	unsigned flags;
 };
 
@@ -286,15 +288,16 @@ static int dir_prepare(const char *dir, unsigned flags)
 
 /*
  * Open every named database in one write transaction.  Without CREATE the
- * four databases of format 1 must exist ("score" is created on demand: later
- * issues fill it).
+ * four databases of format 1 must exist; "score" and "ccrc" are created on
+ * demand, so a store made before they existed opens (its blocks simply
+ * have no chunk CRCs or scores yet).
  */
 static int dbis_open(struct kvfs_meta *m, const char *dir, unsigned flags)
 {
 	static const char *const names[] = { "sb", "ns", "blk", "free",
-					     "score" };
+					     "score", "ccrc" };
 	MDB_dbi *dbis[] = { &m->dbi_sb, &m->dbi_ns, &m->dbi_blk,
-			    &m->dbi_free, &m->dbi_score };
+			    &m->dbi_free, &m->dbi_score, &m->dbi_ccrc };
 	unsigned cflag = (flags & (KVFS_META_CREATE | KVFS_META_MEMORY)) ?
 				 MDB_CREATE :
 				 0;
@@ -304,8 +307,8 @@ static int dbis_open(struct kvfs_meta *m, const char *dir, unsigned flags)
 	rc = mdb_txn_begin(m->env, NULL, 0, &txn);
 	if (rc)
 		return kvfs_meta_errno(rc);
-	for (size_t i = 0; i < 5; i++) {
-		unsigned f = i == 4 ? MDB_CREATE : cflag;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		unsigned f = i >= 4 ? MDB_CREATE : cflag;
 
 		rc = mdb_dbi_open(txn, names[i], f, dbis[i]);
 		if (rc == MDB_NOTFOUND) {
@@ -908,4 +911,194 @@ int kvfs_meta_free_clear(struct kvfs_meta_txn *t)
 		return -EBADF;
 	}
 	return kvfs_meta_errno(mdb_drop(t->txn, t->m->dbi_free, 0));
+}
+
+/* ---- per-chunk CRC tables ---- */
+
+/* Far more than any block has (layers * chunks per block), small enough
+ * that the value size cannot overflow.
+ */
+#define CCRC_MAX (1u << 24)
+
+int kvfs_meta_ccrc_put(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		       const uint32_t *crc, size_t n)
+{
+	struct kvfs_meta_ccrc h = { .magic = KVFS_META_CCRC_MAGIC,
+				    .version = KVFS_META_VERSION };
+	MDB_val k = blk_key(key), v;
+	int rc;
+
+	if (t->rdonly) {
+		kvfs_err("meta: ccrc put in a read-only transaction");
+		return -EBADF;
+	}
+	if (n == 0 || n > CCRC_MAX || !crc) {
+		kvfs_err("meta: ccrc put of %zu CRCs refused (1..%u)", n,
+			 CCRC_MAX);
+		return -EINVAL;
+	}
+	h.count = (uint32_t)n;
+	h.tcrc = kvfs_fmt_crc32c(0, crc, n * sizeof(*crc));
+	v.mv_size = sizeof(h) + n * sizeof(*crc);
+	/* Reserve the value in place: one copy, no temporary buffer. */
+	rc = mdb_put(t->txn, t->m->dbi_ccrc, &k, &v, MDB_RESERVE);
+	if (rc)
+		return kvfs_meta_errno(rc);
+	memcpy(v.mv_data, &h, sizeof(h));
+	memcpy((char *)v.mv_data + sizeof(h), crc, n * sizeof(*crc));
+	return 0;
+}
+
+int kvfs_meta_ccrc_get(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		       uint32_t *crc, size_t n)
+{
+	struct kvfs_meta_ccrc h;
+	MDB_val k = blk_key(key), v;
+	char kb[80];
+	const char *why;
+	int rc;
+
+	rc = mdb_get(t->txn, t->m->dbi_ccrc, &k, &v);
+	if (rc)
+		return kvfs_meta_errno(rc);
+	key_desc(key, KVFS_KEY_LEN, kb, sizeof(kb));
+	if (v.mv_size < sizeof(h)) {
+		why = "too short";
+		goto out_bad;
+	}
+	memcpy(&h, v.mv_data, sizeof(h));
+	if (h.magic != KVFS_META_CCRC_MAGIC) {
+		why = "bad magic";
+		goto out_bad;
+	}
+	if (h.version != KVFS_META_VERSION) {
+		kvfs_err("meta: ccrc record %s: format version %u, this kvfs "
+			 "reads %u", kb, h.version, KVFS_META_VERSION);
+		return -EPROTO;
+	}
+	if (h.count > CCRC_MAX ||
+	    v.mv_size != sizeof(h) + (size_t)h.count * sizeof(*crc)) {
+		why = "size does not match its count";
+		goto out_bad;
+	}
+	if (h.count != n) {
+		kvfs_err("meta: ccrc record %s holds %u CRCs, the block has %zu "
+			 "chunks", kb, h.count, n);
+		return -EUCLEAN;
+	}
+	if (kvfs_fmt_crc32c(0, (const char *)v.mv_data + sizeof(h),
+			    n * sizeof(*crc)) != h.tcrc) {
+		why = "table CRC mismatch";
+		goto out_bad;
+	}
+	memcpy(crc, (const char *)v.mv_data + sizeof(h), n * sizeof(*crc));
+	return 0;
+
+out_bad:
+	kvfs_err("meta: ccrc record %s: %s", kb, why);
+	return -EUCLEAN;
+}
+
+int kvfs_meta_ccrc_del(struct kvfs_meta_txn *t,
+		       const uint8_t key[KVFS_KEY_LEN])
+{
+	MDB_val k = blk_key(key);
+	int rc;
+
+	if (t->rdonly) {
+		kvfs_err("meta: ccrc delete in a read-only transaction");
+		return -EBADF;
+	}
+	rc = mdb_del(t->txn, t->m->dbi_ccrc, &k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(rc);
+}
+
+/* ---- chunk scores ---- */
+
+#define SCORE_KEY_LEN (KVFS_KEY_LEN + 4)
+
+static MDB_val score_key(const uint8_t key[KVFS_KEY_LEN], uint32_t chunk,
+			 uint8_t buf[SCORE_KEY_LEN])
+{
+	uint32_t be = htobe32(chunk);
+
+	memcpy(buf, key, KVFS_KEY_LEN);
+	memcpy(buf + KVFS_KEY_LEN, &be, sizeof(be));
+	return (MDB_val){ .mv_size = SCORE_KEY_LEN, .mv_data = buf };
+}
+
+int kvfs_meta_score_put(struct kvfs_meta_txn *t,
+			const uint8_t key[KVFS_KEY_LEN], uint32_t chunk,
+			double i, uint64_t f)
+{
+	struct kvfs_meta_score rec = { .i = i, .f = f };
+	uint8_t kb[SCORE_KEY_LEN];
+	MDB_val k = score_key(key, chunk, kb);
+
+	if (!isfinite(i) || i < 0) {
+		kvfs_err("meta: score put with I = %g refused (finite, >= 0)",
+			 i);
+		return -EINVAL;
+	}
+	return rec_put(t, t->m->dbi_score, &k, &rec, sizeof(rec),
+		       KVFS_META_SCORE_MAGIC);
+}
+
+int kvfs_meta_score_get(struct kvfs_meta_txn *t,
+			const uint8_t key[KVFS_KEY_LEN], uint32_t chunk,
+			double *i, uint64_t *f)
+{
+	struct kvfs_meta_score rec;
+	uint8_t kb[SCORE_KEY_LEN];
+	MDB_val k = score_key(key, chunk, kb);
+	int rc;
+
+	rc = rec_get(t, t->m->dbi_score, "score", &k, &rec, sizeof(rec),
+		     KVFS_META_SCORE_MAGIC);
+	if (rc)
+		return rc;
+	if (!isfinite(rec.i) || rec.i < 0) {
+		char d[80];
+
+		kvfs_err("meta: score record %s holds I = %g",
+			 key_desc(kb, sizeof(kb), d, sizeof(d)), rec.i);
+		return -EUCLEAN;
+	}
+	*i = rec.i;
+	*f = rec.f;
+	return 0;
+}
+
+int kvfs_meta_score_del_block(struct kvfs_meta_txn *t,
+			      const uint8_t key[KVFS_KEY_LEN])
+{
+	uint8_t kb[SCORE_KEY_LEN];
+	MDB_cursor *c;
+	MDB_val k, v;
+	int mrc;
+
+	if (t->rdonly) {
+		kvfs_err("meta: score delete in a read-only transaction");
+		return -EBADF;
+	}
+	mrc = mdb_cursor_open(t->txn, t->m->dbi_score, &c);
+	if (mrc)
+		return kvfs_meta_errno(mrc);
+	/* Seek again after every delete rather than trust where a deletion
+	 * leaves the cursor; a block has few chunks.
+	 */
+	for (;;) {
+		k = score_key(key, 0, kb);
+		mrc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		if (mrc)
+			break;
+		if (k.mv_size < KVFS_KEY_LEN ||
+		    memcmp(k.mv_data, key, KVFS_KEY_LEN))
+			break;
+		mrc = mdb_cursor_del(c, 0);
+		if (mrc)
+			break;
+	}
+	mdb_cursor_close(c);
+	return mrc == MDB_NOTFOUND || mrc == 0 ? 0 : kvfs_meta_errno(mrc);
 }

@@ -7,7 +7,10 @@
  *   "ns"    name -> struct kvfs_meta_ns          namespaces
  *   "blk"   key[16] -> struct kvfs_meta_blk      one record per block
  *   "free"  offset (u64 big-endian) -> length (u64 LE)   SSD free extents
- *   "score" key[16] ‖ u32 BE chunk -> struct kvfs_meta_score (later issues)
+ *   "score" key[16] ‖ u32 BE chunk -> struct kvfs_meta_score  chunk scores
+ *   "ccrc"  key[16] -> struct kvfs_meta_ccrc + u32 CRC[count]  per-chunk
+ *           CRC-32C of a block (cache/chunk.h); created on open when a
+ *           store made before it lacks the database
  *
  * Every value starts with a magic and a version and has a fixed size, so a
  * record written by another format version is detected, never misread.
@@ -30,6 +33,8 @@
 #define KVFS_META_SB_MAGIC 0x4b564653u /* "KVFS" */
 #define KVFS_META_NS_MAGIC 0x4b564e53u /* "KVNS" */
 #define KVFS_META_BLK_MAGIC 0x4b56424bu /* "KVBK" */
+#define KVFS_META_CCRC_MAGIC 0x4b564343u /* "KVCC" */
+#define KVFS_META_SCORE_MAGIC 0x4b565343u /* "KVSC" */
 #define KVFS_META_VERSION 1
 #define KVFS_NS_NAME_MAX 64
 #define KVFS_NS_SALT_MAX 64
@@ -99,6 +104,34 @@ struct kvfs_meta_blk {
 	uint8_t reserved[40];
 };
 _Static_assert(sizeof(struct kvfs_meta_blk) == 160, "block record size");
+
+/*
+ * Head of a "ccrc" value; @count CRC-32C values (u32, host order) follow.
+ * @tcrc is the CRC-32C of those values: LMDB keeps no checksums, and a
+ * wrong table would make good chunks look torn.
+ */
+struct kvfs_meta_ccrc {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t zero;
+	uint32_t count;
+	uint32_t tcrc;
+};
+_Static_assert(sizeof(struct kvfs_meta_ccrc) == 16, "ccrc head size");
+
+/* A chunk's attention-guided cache score (paper 004 §4.4): I is the
+ * cumulative attention engines reported, F the loads they asked for.
+ */
+struct kvfs_meta_score {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t zero;
+	uint32_t reserved0;
+	uint32_t reserved1;
+	double i;          /* finite, >= 0 */
+	uint64_t f;
+};
+_Static_assert(sizeof(struct kvfs_meta_score) == 32, "score record size");
 
 struct kvfs_meta;
 struct kvfs_meta_txn;
@@ -202,6 +235,42 @@ int kvfs_meta_free_foreach(struct kvfs_meta_txn *t,
 			   void *arg);
 /* Remove every free-extent entry (before rebuilding the map). */
 int kvfs_meta_free_clear(struct kvfs_meta_txn *t);
+
+/*
+ * Per-chunk CRC tables, one per block key (cache/chunk.h).
+ * kvfs_meta_ccrc_put() - store @n (>= 1) CRCs for @key, replacing any.
+ *   0, -EINVAL (@n 0 or too large, logged), -EBADF (read-only txn), or
+ *   another -errno.
+ * kvfs_meta_ccrc_get() - read exactly @n CRCs into @crc. 0, -ENOENT,
+ *   -EUCLEAN (bad magic, size or table CRC, or a stored count other than
+ *   @n; logged), -EPROTO (another format version; logged).
+ * kvfs_meta_ccrc_del() - remove @key's table; 0 when there is none too.
+ */
+int kvfs_meta_ccrc_put(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		       const uint32_t *crc, size_t n);
+int kvfs_meta_ccrc_get(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
+		       uint32_t *crc, size_t n);
+int kvfs_meta_ccrc_del(struct kvfs_meta_txn *t,
+		       const uint8_t key[KVFS_KEY_LEN]);
+
+/*
+ * Chunk scores, keyed by block key and chunk index (the chunk as a
+ * big-endian u32, so one block's chunks are adjacent and in order).
+ * kvfs_meta_score_put() - 0, -EINVAL (@i negative or not finite, logged),
+ *   -EBADF (read-only txn), or another -errno.
+ * kvfs_meta_score_get() - 0, -ENOENT, -EUCLEAN (bad magic or size, or a
+ *   stored I that is negative or not finite; logged), -EPROTO (logged).
+ * kvfs_meta_score_del_block() - remove every chunk's score of @key (a
+ *   cursor walk over the key's range); 0 when there are none too.
+ */
+int kvfs_meta_score_put(struct kvfs_meta_txn *t,
+			const uint8_t key[KVFS_KEY_LEN], uint32_t chunk,
+			double i, uint64_t f);
+int kvfs_meta_score_get(struct kvfs_meta_txn *t,
+			const uint8_t key[KVFS_KEY_LEN], uint32_t chunk,
+			double *i, uint64_t *f);
+int kvfs_meta_score_del_block(struct kvfs_meta_txn *t,
+			      const uint8_t key[KVFS_KEY_LEN]);
 
 /* Map an LMDB return code to -errno (exported for tests). */
 int kvfs_meta_errno(int mdb_rc);

@@ -106,7 +106,7 @@ kvfs_mkfs() {
 kvfs_conf() {
 	cat >"$STORE/kvfs.conf" <<EOC
 [daemon]
-flush_ms = 100
+flush_ms = ${KVFS_FLUSH_MS:-100}
 
 [tier.dram]
 capacity = ${1:-16M}

@@ -1,0 +1,1851 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Chunk-granular reads and the attention-guided chunk cache (contracts in
+ * cache/chunk.h; the decisions behind them in docs/contiguouskv.md).
+ *
+ * A read serves each piece from the first place that has it: the chunk
+ * cache, the block's own DRAM or pool copy, else the SSD. Everything the
+ * SSD must supply goes out in one readv (one io_uring batch), the ranges
+ * sorted by disk offset and merged where they touch, each rounded to
+ * 4 KiB for O_DIRECT. Each piece is checked against its own CRC-32C.
+ *
+ * The cache: scores live per (block key, chunk) in a hash table, cached
+ * pieces per (block key, layer, chunk) hang off their chunk's score, and
+ * each residency set (device, DRAM) is a min-heap of its pieces ordered by
+ * S = I * F, ties broken by the older use. A piece is admitted to a set
+ * when the set has room or its S beats the set's lowest.
+ *
+ * Decay without touching every score: I is stored multiplied by
+ * scale = 2^(ticks / H). A tick grows the scale, which shrinks every real
+ * I = i / scale at once and leaves the heaps' order alone (all S scale
+ * alike). When the scale reaches 2^64 every stored i is divided by 2^64,
+ * exactly (a power of two), so the order still holds.
+ *
+ * Copies in and out of the device pool and the SSD read happen without the
+ * lock: a piece being read is pinned (a dead piece is freed by its last
+ * pin), a piece being filled is not ready (lookups treat it as a miss).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <float.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_i.h"
+#include "cache/chunk.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+enum { CSET_GPU = 0, CSET_DRAM = 1, CSET_N = 2 };
+
+/* Renormalise the decay scale at 2^RENORM_EXP. */
+#define RENORM_EXP 64
+
+struct centry;
+
+/* The score of one chunk of one block; guarded by st->lock. */
+struct cscore {
+	uint8_t key[KVFS_KEY_LEN];
+	uint32_t chunk;
+	double i;              /* I * st->scale */
+	uint64_t f;
+	bool dirty;            /* not yet in LMDB */
+	uint64_t wtick;        /* st->tick_total when LMDB last matched */
+	struct centry *pieces; /* cached pieces of this chunk (via snext) */
+	struct cscore *hnext;
+};
+
+/* One cached piece; guarded by st->lock. */
+struct centry {
+	struct cscore *sc;     /* NULL once unlinked ("dead") */
+	uint32_t layer;
+	uint32_t len;          /* chunk bytes */
+	int set;               /* CSET_*, -1 when dead */
+	size_t hidx;           /* position in its set's heap */
+	uint64_t seq;          /* last use: older goes first on a tie */
+	uint64_t acct;         /* bytes charged to the set */
+	void *host;            /* DRAM set: the bytes */
+	struct kvfs_extent ext; /* device set: the pool extent */
+	int pins;              /* copies in flight; frees wait for 0 */
+	bool ready;            /* bytes in place */
+	bool spec;             /* loaded speculatively, not yet used */
+	struct centry *snext;
+};
+
+struct cheap {
+	struct centry **v;
+	size_t n, cap;
+};
+
+/* A CRC table a fallback read computed, waiting for the next flush. */
+struct ccrc_todo {
+	uint8_t key[KVFS_KEY_LEN];
+	uint32_t *crc;
+	size_t n;
+	struct ccrc_todo *next;
+};
+
+struct kvfs_chunk_state {
+	pthread_mutex_t lock; /* guards everything below but the counters */
+	struct cscore **sb;   /* score hash buckets */
+	size_t snb, sn;
+	struct cheap heap[CSET_N];
+	uint64_t cap[CSET_N], used[CSET_N];
+	uint64_t seq;
+	unsigned halflife;    /* immutable */
+	uint64_t ticks;       /* since the last renormalisation */
+	uint64_t tick_total;  /* since start */
+	double scale;         /* 2^(ticks / halflife) */
+	struct ccrc_todo *todo;
+
+	atomic_uint_least64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
+	atomic_uint_least64_t spec_loaded, spec_used, evictions, demotions;
+};
+
+/* ------------------------------------------------------------- geometry */
+
+static uint32_t nchunks_of(const struct kvfs_block *b)
+{
+	uint32_t c = b->ns->geom.chunk_tokens;
+
+	return c ? (b->n_tokens + c - 1) / c : 0;
+}
+
+size_t kvfs_chunk_ncrcs(const struct kvfs_block *b)
+{
+	if (b->kind != KVFS_KIND_KV)
+		return 0;
+	return (size_t)b->ns->geom.n_layers * nchunks_of(b);
+}
+
+void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
+		     uint32_t *out)
+{
+	const struct kvfs_geom *g = &b->ns->geom;
+	uint32_t nc = nchunks_of(b);
+	uint64_t off, len;
+
+	if (b->kind != KVFS_KIND_KV)
+		return;
+	for (uint32_t l = 0; l < g->n_layers; l++)
+		for (uint32_t j = 0; j < nc; j++) {
+			size_t k = (size_t)l * nc + j;
+
+			if (kvfs_fmt_chunk_range(g, b->n_tokens, l, j, &off,
+						 &len)) {
+				out[k] = 0;
+				continue;
+			}
+			out[k] = kvfs_fmt_crc32c(0, (const uint8_t *)img + off,
+						 (size_t)len);
+		}
+}
+
+static void key_hex(const struct kvfs_block *b, char hex[KVFS_KEY_HEX_LEN + 1])
+{
+	kvfs_fmt_key_hex(b->pn.key, hex);
+}
+
+/* --------------------------------------------------------------- scores */
+
+static size_t score_hash(const uint8_t *key, uint32_t chunk)
+{
+	uint64_t h;
+
+	/* Keys are SHA-256 output: any 8 bytes are already uniform. */
+	memcpy(&h, key, sizeof(h));
+	return (size_t)(h ^ ((uint64_t)chunk * 0x9e3779b97f4a7c15ull));
+}
+
+/* Caller holds st->lock. */
+static struct cscore *score_find(struct kvfs_chunk_state *st,
+				 const uint8_t *key, uint32_t chunk)
+{
+	struct cscore *s;
+
+	if (!st->snb)
+		return NULL;
+	s = st->sb[score_hash(key, chunk) & (st->snb - 1)];
+	while (s && (s->chunk != chunk || memcmp(s->key, key, KVFS_KEY_LEN)))
+		s = s->hnext;
+	return s;
+}
+
+/* Caller holds st->lock. NULL on ENOMEM (the chunk then goes unscored). */
+static struct cscore *score_add(struct kvfs_chunk_state *st,
+				const uint8_t *key, uint32_t chunk, double i,
+				uint64_t f, bool dirty)
+{
+	struct cscore *s;
+	size_t j;
+
+	if (st->sn + 1 > st->snb) {
+		size_t nb = st->snb ? st->snb * 2 : 1024;
+		struct cscore **v = calloc(nb, sizeof(*v));
+
+		if (!v)
+			return NULL;
+		for (size_t b = 0; b < st->snb; b++) {
+			struct cscore *x = st->sb[b], *next;
+
+			for (; x; x = next) {
+				next = x->hnext;
+				j = score_hash(x->key, x->chunk) & (nb - 1);
+				x->hnext = v[j];
+				v[j] = x;
+			}
+		}
+		free(st->sb);
+		st->sb = v;
+		st->snb = nb;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	memcpy(s->key, key, KVFS_KEY_LEN);
+	s->chunk = chunk;
+	s->i = i;
+	s->f = f;
+	s->dirty = dirty;
+	s->wtick = st->tick_total;
+	j = score_hash(key, chunk) & (st->snb - 1);
+	s->hnext = st->sb[j];
+	st->sb[j] = s;
+	st->sn++;
+	return s;
+}
+
+/* Caller holds st->lock; @s has no pieces left. */
+static void score_remove(struct kvfs_chunk_state *st, struct cscore *s)
+{
+	struct cscore **pp = &st->sb[score_hash(s->key, s->chunk) &
+				     (st->snb - 1)];
+
+	while (*pp && *pp != s)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = s->hnext;
+		st->sn--;
+	}
+	free(s);
+}
+
+static double score_s(const struct cscore *s)
+{
+	return s->i * (double)s->f;
+}
+
+/* ---------------------------------------------------------------- heaps */
+
+static bool e_less(const struct centry *a, const struct centry *b)
+{
+	double sa = score_s(a->sc), sb = score_s(b->sc);
+
+	return sa < sb || (sa == sb && a->seq < b->seq);
+}
+
+static void heap_set(struct cheap *h, size_t i, struct centry *e)
+{
+	h->v[i] = e;
+	e->hidx = i;
+}
+
+static void heap_up(struct cheap *h, size_t i)
+{
+	struct centry *e = h->v[i];
+
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+
+		if (!e_less(e, h->v[p]))
+			break;
+		heap_set(h, i, h->v[p]);
+		i = p;
+	}
+	heap_set(h, i, e);
+}
+
+static void heap_down(struct cheap *h, size_t i)
+{
+	struct centry *e = h->v[i];
+
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		struct centry *best = e;
+
+		if (l < h->n && e_less(h->v[l], best)) {
+			m = l;
+			best = h->v[l];
+		}
+		if (l + 1 < h->n && e_less(h->v[l + 1], best))
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_set(h, i, h->v[m]);
+		i = m;
+	}
+	heap_set(h, i, e);
+}
+
+static int heap_push(struct cheap *h, struct centry *e)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		struct centry **v = realloc(h->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	heap_set(h, h->n, e);
+	h->n++;
+	heap_up(h, h->n - 1);
+	return 0;
+}
+
+static void heap_del(struct cheap *h, struct centry *e)
+{
+	size_t i = e->hidx;
+	struct centry *m;
+
+	h->n--;
+	if (i == h->n)
+		return;
+	/* The last piece fills the hole and moves whichever way it must. */
+	m = h->v[h->n];
+	heap_set(h, i, m);
+	heap_up(h, i);
+	heap_down(h, m->hidx);
+}
+
+/* Restore @e's place after its score or use changed. */
+static void heap_fix(struct cheap *h, struct centry *e)
+{
+	heap_up(h, e->hidx);
+	heap_down(h, e->hidx);
+}
+
+/* Caller holds st->lock: re-place every piece of @s. */
+static void score_fix(struct kvfs_chunk_state *st, struct cscore *s)
+{
+	for (struct centry *e = s->pieces; e; e = e->snext)
+		heap_fix(&st->heap[e->set], e);
+}
+
+/* -------------------------------------------------------------- entries */
+
+static void entry_free(struct kvfs_cache *c, struct centry *e)
+{
+	free(e->host);
+	if (e->ext.len)
+		c->tier[KVFS_TIER_GPU]->ops->free(c->tier[KVFS_TIER_GPU],
+						  &e->ext);
+	free(e);
+}
+
+/* Caller holds st->lock. Take @e out of its set and its chunk's list; the
+ * memory goes now, or with the last pin.
+ */
+static void entry_unlink(struct kvfs_cache *c, struct centry *e)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct centry **pp;
+
+	if (!e->sc)
+		return;
+	heap_del(&st->heap[e->set], e);
+	st->used[e->set] -= e->acct;
+	for (pp = &e->sc->pieces; *pp && *pp != e; pp = &(*pp)->snext)
+		;
+	if (*pp)
+		*pp = e->snext;
+	e->sc = NULL;
+	e->set = -1;
+	if (!e->pins)
+		entry_free(c, e);
+}
+
+/* Caller holds st->lock. */
+static void entry_put(struct kvfs_cache *c, struct centry *e)
+{
+	if (--e->pins == 0 && !e->sc)
+		entry_free(c, e);
+}
+
+/* Caller holds st->lock. A new piece in set @k, not ready; NULL on
+ * ENOMEM.
+ */
+static struct centry *entry_new(struct kvfs_chunk_state *st,
+				struct cscore *s, uint32_t layer, uint32_t len,
+				int k, uint64_t acct)
+{
+	struct centry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->sc = s;
+	e->layer = layer;
+	e->len = len;
+	e->set = k;
+	e->acct = acct;
+	e->seq = ++st->seq;
+	if (heap_push(&st->heap[k], e)) {
+		free(e);
+		return NULL;
+	}
+	st->used[k] += acct;
+	e->snext = s->pieces;
+	s->pieces = e;
+	return e;
+}
+
+/* Caller holds st->lock. The piece of @s for @layer; with @ready only one
+ * whose bytes are in place.
+ */
+static struct centry *piece_find(struct cscore *s, uint32_t layer,
+				 bool ready)
+{
+	for (struct centry *e = s ? s->pieces : NULL; e; e = e->snext)
+		if (e->layer == layer && (e->ready || !ready))
+			return e;
+	return NULL;
+}
+
+/* ------------------------------------------------------------ placement */
+
+/* A copy to run once the lock is dropped. */
+struct job {
+	struct centry *dst;   /* pinned: the new piece */
+	struct centry *src;   /* pinned: demotion source (device piece) */
+	struct centry *from;  /* pinned: promotion source (DRAM piece) */
+	const void *host;     /* upload source */
+	bool upload;
+	int rc;
+};
+
+struct jobs {
+	struct job *v;
+	size_t n, cap;
+};
+
+static struct job *job_add(struct jobs *j)
+{
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? j->cap * 2 : 64;
+		struct job *v = realloc(j->v, cap * sizeof(*v));
+
+		if (!v)
+			return NULL;
+		j->v = v;
+		j->cap = cap;
+	}
+	memset(&j->v[j->n], 0, sizeof(j->v[0]));
+	return &j->v[j->n++];
+}
+
+static uint64_t acct_of(struct kvfs_cache *c, int k, uint32_t len)
+{
+	if (k == CSET_GPU)
+		return kvfs_util_align_up(len, c->tier[KVFS_TIER_GPU]->align);
+	return len;
+}
+
+/* Caller holds st->lock. Whether set @k would take @acct bytes at score @s:
+ * room now, or a lowest piece it beats.
+ */
+static bool set_admits(struct kvfs_chunk_state *st, int k, double s,
+		       uint64_t acct)
+{
+	struct cheap *h = &st->heap[k];
+
+	if (acct > st->cap[k])
+		return false;
+	if (st->used[k] + acct <= st->cap[k])
+		return true;
+	return h->n && score_s(h->v[0]->sc) < s;
+}
+
+static bool make_room(struct kvfs_cache *c, int k, uint64_t acct, double s,
+		      struct jobs *jobs);
+
+/*
+ * Caller holds st->lock. A device piece leaves the device set: down to
+ * DRAM if DRAM takes it at its score (the copy runs later, as a job),
+ * otherwise out of memory.
+ */
+static void demote(struct kvfs_cache *c, struct centry *v, struct jobs *jobs)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct cscore *s = v->sc;
+	double sv = score_s(s);
+	struct centry *d = NULL;
+	struct job *j;
+	void *host;
+
+	v->pins++;
+	entry_unlink(c, v);
+	if (v->ready && set_admits(st, CSET_DRAM, sv, v->len) &&
+	    make_room(c, CSET_DRAM, v->len, sv, jobs) &&
+	    (host = malloc(v->len)) != NULL) {
+		d = entry_new(st, s, v->layer, v->len, CSET_DRAM, v->len);
+		if (d) {
+			d->host = host;
+			d->spec = v->spec;
+			d->seq = v->seq;
+			heap_fix(&st->heap[CSET_DRAM], d);
+		} else {
+			free(host);
+		}
+	}
+	j = d ? job_add(jobs) : NULL;
+	if (j) {
+		d->pins++;
+		j->dst = d;
+		j->src = v; /* keeps the pin taken above */
+		atomic_fetch_add(&st->demotions, 1);
+		return;
+	}
+	if (d)
+		entry_unlink(c, d);
+	atomic_fetch_add(&st->evictions, 1);
+	entry_put(c, v);
+}
+
+/* Caller holds st->lock. Evict set @k's lowest pieces while they score
+ * below @s and @acct bytes do not fit. Whether they fit now.
+ */
+static bool make_room(struct kvfs_cache *c, int k, uint64_t acct, double s,
+		      struct jobs *jobs)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct cheap *h = &st->heap[k];
+
+	while (st->used[k] + acct > st->cap[k] && h->n &&
+	       score_s(h->v[0]->sc) < s) {
+		struct centry *v = h->v[0];
+
+		if (k == CSET_GPU) {
+			demote(c, v, jobs);
+		} else {
+			entry_unlink(c, v);
+			atomic_fetch_add(&st->evictions, 1);
+		}
+	}
+	return st->used[k] + acct <= st->cap[k];
+}
+
+/* A piece to place in the cache: fresh from the SSD, or a DRAM hit that
+ * may move up to the device set.
+ */
+struct ins {
+	struct kvfs_block *b;
+	uint32_t layer, chunk, len;
+	const void *src;
+	struct centry *from; /* pinned DRAM piece (a promotion) */
+	bool spec;
+};
+
+/* Caller holds st->lock. Decide where @in goes; copies into the pool are
+ * queued as jobs.
+ */
+static void place(struct kvfs_cache *c, const struct ins *in,
+		  struct jobs *jobs)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct cscore *s;
+	struct centry *e;
+	struct job *j;
+	uint64_t ga;
+	double sv;
+
+	if (atomic_load(&in->b->flags) & KVFS_B_DELETED)
+		return; /* kvfs_chunk_forget ran or will run */
+	s = score_find(st, in->b->pn.key, in->chunk);
+	if (!s)
+		return;
+	if (in->from) {
+		/* Only a DRAM piece still live, with no other copy of its
+		 * layer (one moving up already), moves up.
+		 */
+		if (in->from->sc != s || in->from->set != CSET_DRAM)
+			return;
+		for (e = s->pieces; e; e = e->snext)
+			if (e != in->from && e->layer == in->layer)
+				return;
+	} else if (piece_find(s, in->layer, false)) {
+		return;
+	}
+	sv = score_s(s);
+	if (st->cap[CSET_GPU] && gpu) {
+		ga = acct_of(c, CSET_GPU, in->len);
+		if (set_admits(st, CSET_GPU, sv, ga) &&
+		    make_room(c, CSET_GPU, ga, sv, jobs)) {
+			struct kvfs_extent x;
+
+			if (gpu->ops->alloc(gpu, in->len, &x) == 0) {
+				e = entry_new(st, s, in->layer, in->len,
+					      CSET_GPU, ga);
+				j = e ? job_add(jobs) : NULL;
+				if (j) {
+					e->ext = x;
+					e->spec = in->spec;
+					e->pins++;
+					j->dst = e;
+					j->host = in->src;
+					j->upload = true;
+					if (in->from) {
+						in->from->pins++;
+						j->from = in->from;
+					}
+					return;
+				}
+				if (e)
+					entry_unlink(c, e);
+				gpu->ops->free(gpu, &x);
+			}
+		}
+	}
+	if (in->from || !st->cap[CSET_DRAM])
+		return;
+	if (!set_admits(st, CSET_DRAM, sv, in->len) ||
+	    !make_room(c, CSET_DRAM, in->len, sv, jobs))
+		return;
+	e = entry_new(st, s, in->layer, in->len, CSET_DRAM, in->len);
+	if (!e)
+		return;
+	e->host = malloc(in->len);
+	if (!e->host) {
+		entry_unlink(c, e);
+		return;
+	}
+	memcpy(e->host, in->src, in->len);
+	e->spec = in->spec;
+	e->ready = true;
+	if (in->spec)
+		atomic_fetch_add(&st->spec_loaded, 1);
+}
+
+/*
+ * Place @n pieces, run the pool copies without the lock, then publish
+ * them. Takes over the hit pin of every in[i].from.
+ */
+static void cache_insert(struct kvfs_cache *c, const struct ins *in, size_t n)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct jobs jobs = { 0 };
+	struct kvfs_gpu_xfer *x = NULL;
+	size_t nx = 0;
+	int urc = 0;
+
+	if (!n)
+		return;
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < n; i++)
+		place(c, &in[i], &jobs);
+	pthread_mutex_unlock(&st->lock);
+
+	for (size_t i = 0; i < jobs.n; i++)
+		nx += jobs.v[i].upload;
+	if (nx) {
+		x = calloc(nx, sizeof(*x));
+		nx = 0;
+		for (size_t i = 0; x && i < jobs.n; i++) {
+			struct job *j = &jobs.v[i];
+
+			if (!j->upload)
+				continue;
+			x[nx].pool = &j->dst->ext;
+			x[nx].host = (void *)j->host;
+			x[nx].len = j->dst->len;
+			nx++;
+		}
+		/* One batch for every piece going up. */
+		urc = x ? c->gops->upload(gpu, x, nx) : -ENOMEM;
+		if (urc)
+			kvfs_warn("chunk cache: copying %zu pieces into the "
+				  "device pool failed (%s): not cached", nx,
+				  strerror(-urc));
+	}
+	for (size_t i = 0; i < jobs.n; i++) {
+		struct job *j = &jobs.v[i];
+
+		if (j->upload)
+			j->rc = urc;
+		else
+			j->rc = gpu->ops->read(gpu, &j->src->ext, 0,
+					       j->dst->host, j->dst->len);
+	}
+
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < jobs.n; i++) {
+		struct job *j = &jobs.v[i];
+		struct centry *d = j->dst;
+
+		if (!j->rc && d->sc) {
+			d->ready = true;
+			/* The DRAM copy of a piece that moved up goes. */
+			if (j->from && j->from->sc)
+				entry_unlink(c, j->from);
+			if (j->upload && d->spec)
+				atomic_fetch_add(&st->spec_loaded, 1);
+		} else if (d->sc) {
+			entry_unlink(c, d);
+		}
+		entry_put(c, d);
+		if (j->src)
+			entry_put(c, j->src);
+		if (j->from)
+			entry_put(c, j->from);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (in[i].from)
+			entry_put(c, in[i].from);
+	pthread_mutex_unlock(&st->lock);
+	free(x);
+	free(jobs.v);
+}
+
+/* ---------------------------------------------------- lazy score loads */
+
+struct kc {
+	const uint8_t *key;
+	uint32_t chunk;
+	double i;
+	uint64_t f;
+	bool dirty;
+};
+
+static int kc_cmp(const void *a, const void *b)
+{
+	const struct kc *x = a, *y = b;
+	int d = memcmp(x->key, y->key, KVFS_KEY_LEN);
+
+	if (d)
+		return d;
+	return (x->chunk > y->chunk) - (x->chunk < y->chunk);
+}
+
+/*
+ * Make sure each (key, chunk) of @v has its score in the table: on first
+ * touch it is read from LMDB (one read-only transaction for all), or
+ * starts at zero. Reorders @v.
+ */
+static void scores_ensure(struct kvfs_cache *c, struct kc *v, size_t n)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_meta_txn *t = NULL;
+	size_t m = 0, u = 0;
+	int rc;
+
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < n; i++)
+		if (!score_find(st, v[i].key, v[i].chunk))
+			v[m++] = v[i];
+	pthread_mutex_unlock(&st->lock);
+	if (!m)
+		return;
+	qsort(v, m, sizeof(*v), kc_cmp);
+	for (size_t i = 0; i < m; i++)
+		if (!u || kc_cmp(&v[u - 1], &v[i]))
+			v[u++] = v[i];
+
+	rc = kvfs_meta_txn_begin(c->store->meta, true, &t);
+	if (rc)
+		kvfs_warn("chunk cache: reading stored scores failed (%s): "
+			  "%zu chunks start from zero", strerror(-rc), u);
+	for (size_t i = 0; i < u; i++) {
+		v[i].i = 0;
+		v[i].f = 0;
+		v[i].dirty = false;
+		if (!t)
+			continue;
+		rc = kvfs_meta_score_get(t, v[i].key, v[i].chunk, &v[i].i,
+					 &v[i].f);
+		if (rc && rc != -ENOENT)
+			v[i].dirty = true; /* damaged (logged): rewrite it */
+		if (rc) {
+			v[i].i = 0;
+			v[i].f = 0;
+		}
+	}
+	kvfs_meta_txn_abort(t);
+
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < u; i++)
+		if (!score_find(st, v[i].key, v[i].chunk))
+			score_add(st, v[i].key, v[i].chunk, v[i].i * st->scale,
+				  v[i].f, v[i].dirty);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* ------------------------------------------------------------ read path */
+
+/* Per piece. */
+struct pw {
+	uint64_t off, len;  /* in the block file */
+	uint64_t abs;       /* in the data file (SSD pieces) */
+	size_t blk;         /* index into the distinct blocks */
+	struct centry *e;   /* pinned cache hit */
+	bool todo;          /* not delivered yet */
+	bool ssd;           /* read from the SSD */
+};
+
+/* Per distinct block. */
+struct bw {
+	struct kvfs_block *b;
+	bool held;          /* counted in b->opens */
+	bool ssd;           /* has pieces for the SSD */
+	bool whole;         /* no CRC table: its whole extent is read */
+	bool leased;        /* holds a lease on its pool copy */
+	bool checked;       /* whole: the image passed its check */
+	int err;            /* whole-image check, or why it cannot be read */
+	const uint32_t *crc;
+	struct kvfs_extent sx, gx;
+};
+
+struct rng {
+	uint64_t start, end, pos; /* data file range; its place in the buffer */
+};
+
+static int rng_cmp(const void *a, const void *b)
+{
+	const struct rng *x = a, *y = b;
+
+	return (x->start > y->start) - (x->start < y->start);
+}
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	const struct kvfs_block *const *x = a, *const *y = b;
+
+	return (*x > *y) - (*x < *y);
+}
+
+static int err_rank(int e)
+{
+	return e == -EIO ? 4 : e == -EBADMSG ? 3 : e == -ENOENT ? 2 : e ? 1 : 0;
+}
+
+/* Validate every piece before anything happens. */
+static int check_pieces(struct kvfs_chunk_piece *p, size_t n, bool spec,
+			struct pw *pw)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct kvfs_block *b = p[i].b;
+		char hex[KVFS_KEY_HEX_LEN + 1];
+
+		if (!b) {
+			kvfs_err("chunk read: piece %zu names no block", i);
+			return -EINVAL;
+		}
+		key_hex(b, hex);
+		if (b->kind != KVFS_KIND_KV ||
+		    kvfs_fmt_chunk_range(&b->ns->geom, b->n_tokens, p[i].layer,
+					 p[i].chunk, &pw[i].off,
+					 &pw[i].len) ||
+		    pw[i].off + pw[i].len > b->size) {
+			kvfs_warn("ns %s: block %s.kv has no layer %u chunk %u "
+				  "(%u layers, %u chunks): request refused",
+				  b->ns->rec.name, hex, p[i].layer, p[i].chunk,
+				  b->ns->geom.n_layers, nchunks_of(b));
+			return -EINVAL;
+		}
+		if (!spec && !p[i].dst) {
+			kvfs_err("chunk read: piece %zu has no destination", i);
+			return -EINVAL;
+		}
+		p[i].from = 0;
+		p[i].spec = 0;
+		p[i].err = 0;
+		pw[i].todo = true;
+	}
+	return 0;
+}
+
+/* The CRC tables of the blocks that go to the SSD, from LMDB where the
+ * block does not have them yet. A block without one is read whole.
+ */
+static void load_crcs(struct kvfs_cache *c, struct bw *bw, size_t nb)
+{
+	struct kvfs_meta_txn *t = NULL;
+	int rc;
+
+	for (size_t k = 0; k < nb; k++) {
+		struct kvfs_block *b = bw[k].b;
+		char hex[KVFS_KEY_HEX_LEN + 1];
+		size_t n = kvfs_chunk_ncrcs(b);
+		uint32_t *crc;
+
+		if (!bw[k].ssd || bw[k].crc || bw[k].err)
+			continue;
+		crc = n ? malloc(n * sizeof(*crc)) : NULL;
+		if (!t && crc &&
+		    (rc = kvfs_meta_txn_begin(c->store->meta, true, &t)))
+			kvfs_warn("chunk read: cannot read chunk CRCs: %s",
+				  strerror(-rc));
+		rc = crc && t ? kvfs_meta_ccrc_get(t, b->pn.key, crc, n)
+			      : -ENOMEM;
+		key_hex(b, hex);
+		if (rc) {
+			free(crc);
+			bw[k].whole = true;
+			if (rc == -ENOENT)
+				kvfs_dbg("ns %s: block %s.kv has no chunk CRCs "
+					 "stored: reading its whole extent and "
+					 "checking the block CRC",
+					 b->ns->rec.name, hex);
+			else
+				kvfs_warn("ns %s: block %s.kv: chunk CRCs "
+					  "unusable (%s): reading its whole "
+					  "extent", b->ns->rec.name, hex,
+					  strerror(-rc));
+			continue;
+		}
+		pthread_mutex_lock(&b->lock);
+		if (!b->ccrc)
+			b->ccrc = crc;
+		else
+			free(crc);
+		bw[k].crc = b->ccrc;
+		pthread_mutex_unlock(&b->lock);
+	}
+	kvfs_meta_txn_abort(t);
+}
+
+/*
+ * A block read whole (no CRC table): check the image like any load from
+ * the SSD, then keep its CRC table, in memory now and in LMDB at the next
+ * flush, so later reads of it are sparse.
+ */
+static int check_whole(struct kvfs_cache *c, struct bw *w, const void *img)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_block *b = w->b;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	struct kvfs_fmt_hdr h;
+	enum kvfs_fmt_err fe;
+	struct ccrc_todo *td;
+	size_t n = kvfs_chunk_ncrcs(b);
+	uint32_t *crc;
+
+	fe = kvfs_fmt_validate(img, b->size, &b->ns->geom, b->pn.key,
+			       b->ns->rec.root, 0, &h);
+	if (fe != KVFS_FMT_OK || h.hdr_crc != b->hdr_crc) {
+		key_hex(b, hex);
+		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
+			 " fails verification (%s): its chunks are not served",
+			 b->ns->rec.name, hex, w->sx.off,
+			 fe == KVFS_FMT_OK ? "header does not match the record"
+					   : kvfs_fmt_strerror(fe));
+		atomic_fetch_add(&c->st_csum_errors, 1);
+		return -EBADMSG;
+	}
+	crc = malloc(n * sizeof(*crc));
+	td = calloc(1, sizeof(*td));
+	if (!crc || !td || !(td->crc = malloc(n * sizeof(*crc)))) {
+		free(crc);
+		free(td);
+		return 0;
+	}
+	kvfs_chunk_crcs(b, img, crc);
+	memcpy(td->crc, crc, n * sizeof(*crc));
+	memcpy(td->key, b->pn.key, KVFS_KEY_LEN);
+	td->n = n;
+	pthread_mutex_lock(&b->lock);
+	if (!b->ccrc) {
+		b->ccrc = crc;
+		crc = NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	free(crc);
+	pthread_mutex_lock(&st->lock);
+	td->next = st->todo;
+	st->todo = td;
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+/*
+ * Read every piece still to do from the SSD: one readv of the merged,
+ * 4 KiB-rounded ranges; each piece checked by its CRC (or its block's
+ * image by the block CRC), copied out, and queued in @ins for the cache.
+ */
+static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
+		    bool spec, struct ins *ins, size_t *nins, void **bufp,
+		    struct kvfs_chunk_result *res)
+{
+	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
+	struct rng *r = NULL;
+	struct kvfs_tier_io *io = NULL;
+	struct kvfs_extent *ex = NULL;
+	size_t nr = 0, m = 0;
+	uint64_t total = 0;
+	uint8_t *buf = NULL;
+	int rc = 0;
+
+	for (size_t k = 0; k < nb; k++) {
+		struct kvfs_block *b = bw[k].b;
+
+		if (!bw[k].ssd)
+			continue;
+		pthread_mutex_lock(&b->lock);
+		bw[k].crc = b->ccrc;
+		bw[k].sx = b->ssd;
+		if (!(atomic_load(&b->flags) & KVFS_B_PERSISTED))
+			bw[k].err = -EIO;
+		pthread_mutex_unlock(&b->lock);
+		if (bw[k].err)
+			kvfs_err("block ino %" PRIu64 " has no copy in any "
+				 "tier", b->ino);
+	}
+	load_crcs(c, bw, nb);
+
+	r = calloc(n + nb, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	for (size_t k = 0; k < nb; k++)
+		if (bw[k].ssd && bw[k].whole && !bw[k].err)
+			r[nr++] = (struct rng){
+				.start = bw[k].sx.off,
+				.end = bw[k].sx.off + bw[k].sx.len };
+	for (size_t i = 0; i < n; i++) {
+		struct bw *w = &bw[pw[i].blk];
+		uint64_t a, e;
+
+		if (!pw[i].ssd)
+			continue;
+		if (w->err) {
+			p[i].err = w->err;
+			pw[i].ssd = false;
+			continue;
+		}
+		pw[i].abs = w->sx.off + pw[i].off;
+		if (w->whole)
+			continue;
+		a = pw[i].off & ~(uint64_t)(KVFS_FMT_ALIGN - 1);
+		e = kvfs_util_align_up(pw[i].off + pw[i].len, KVFS_FMT_ALIGN);
+		r[nr++] = (struct rng){ .start = w->sx.off + a,
+					.end = w->sx.off + e };
+	}
+	if (!nr)
+		goto out_free;
+	/* Sorted by disk offset, ranges that touch or overlap become one. */
+	qsort(r, nr, sizeof(*r), rng_cmp);
+	for (size_t i = 1; i < nr; i++) {
+		if (r[i].start <= r[m].end) {
+			if (r[i].end > r[m].end)
+				r[m].end = r[i].end;
+		} else {
+			r[++m] = r[i];
+		}
+	}
+	nr = m + 1;
+	for (size_t i = 0; i < nr; i++) {
+		r[i].pos = total;
+		total += r[i].end - r[i].start;
+	}
+	io = calloc(nr, sizeof(*io));
+	ex = calloc(nr, sizeof(*ex));
+	if (!io || !ex || posix_memalign((void **)&buf, KVFS_FMT_ALIGN,
+					 (size_t)total)) {
+		buf = NULL;
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	/* Every range is a span of the data file that only blocks we hold
+	 * open occupy: it can be named as an extent of its own.
+	 */
+	for (size_t i = 0; i < nr; i++) {
+		ex[i].off = r[i].start;
+		ex[i].len = r[i].end - r[i].start;
+		io[i].ext = &ex[i];
+		io[i].len = ex[i].len;
+		io[i].buf = buf + r[i].pos;
+	}
+	ssd->ops->readv(ssd, io, nr);
+	res->ssd_reads += (uint32_t)nr;
+	res->bytes_read += total;
+
+	for (size_t i = 0; i < n; i++) {
+		struct bw *w = &bw[pw[i].blk];
+		size_t lo = 0, hi = nr;
+		const uint8_t *src;
+		char hex[KVFS_KEY_HEX_LEN + 1];
+
+		if (!pw[i].ssd)
+			continue;
+		/* The last range starting at or before the piece holds it. */
+		while (hi - lo > 1) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (r[mid].start <= pw[i].abs)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		if (io[lo].res) {
+			p[i].err = -EIO;
+			continue;
+		}
+		src = buf + r[lo].pos + (pw[i].abs - r[lo].start);
+		if (w->whole) {
+			if (!w->err && !w->checked) {
+				w->err = check_whole(c, w, src - pw[i].off);
+				w->checked = !w->err;
+			}
+			if (w->err) {
+				p[i].err = w->err;
+				continue;
+			}
+		} else if (kvfs_fmt_crc32c(0, src, (size_t)pw[i].len) !=
+			   w->crc[(size_t)p[i].layer * nchunks_of(w->b) +
+				  p[i].chunk]) {
+			key_hex(w->b, hex);
+			kvfs_err("ns %s: block %s.kv layer %u chunk %u: the SSD "
+				 "bytes at offset %" PRIu64 " fail their CRC: "
+				 "not served", w->b->ns->rec.name, hex,
+				 p[i].layer, p[i].chunk, pw[i].abs);
+			atomic_fetch_add(&c->st_csum_errors, 1);
+			p[i].err = -EBADMSG;
+			continue;
+		}
+		if (p[i].dst)
+			memcpy(p[i].dst, src, (size_t)pw[i].len);
+		p[i].from = KVFS_CHUNK_FROM_SSD;
+		pw[i].todo = false;
+		ins[*nins] = (struct ins){ .b = w->b, .layer = p[i].layer,
+					   .chunk = p[i].chunk,
+					   .len = (uint32_t)pw[i].len,
+					   .src = src,
+					   .spec = spec };
+		(*nins)++;
+	}
+	*bufp = buf;
+	buf = NULL;
+out_free:
+	free(buf);
+	free(io);
+	free(ex);
+	free(r);
+	return rc;
+}
+
+/* Index of @b in the sorted distinct blocks @bw[0..nb). */
+static size_t bw_find(const struct bw *bw, size_t nb,
+		      const struct kvfs_block *b)
+{
+	size_t lo = 0, hi = nb;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (bw[mid].b < b)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Caller holds st->lock. Whether either set would take a piece now. */
+static bool would_cache(struct kvfs_cache *c, double s, uint32_t len)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	if (st->cap[CSET_GPU] && c->tier[KVFS_TIER_GPU] &&
+	    set_admits(st, CSET_GPU, s, acct_of(c, CSET_GPU, len)))
+		return true;
+	return st->cap[CSET_DRAM] && set_admits(st, CSET_DRAM, s, len);
+}
+
+/* Serve what the chunk cache holds. Pins taken under the lock, bytes
+ * copied without it. DRAM hits that may move up are queued in @ins (with
+ * their pin); every other pin is dropped.
+ */
+static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+			struct pw *pw, size_t n, bool spec, struct ins *ins,
+			size_t *nins, struct kvfs_chunk_result *res)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+
+	pthread_mutex_lock(&st->lock);
+	if (!spec) {
+		/* F counts every piece an engine asked for. */
+		for (size_t i = 0; i < n; i++) {
+			struct cscore *s;
+
+			if (!pw[i].todo)
+				continue;
+			s = score_find(st, p[i].b->pn.key, p[i].chunk);
+			if (s) {
+				s->f++;
+				s->dirty = true;
+			}
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct cscore *s;
+
+			if (!pw[i].todo)
+				continue;
+			s = score_find(st, p[i].b->pn.key, p[i].chunk);
+			if (s)
+				score_fix(st, s);
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct cscore *s;
+		struct centry *e;
+
+		if (!pw[i].todo)
+			continue;
+		s = score_find(st, p[i].b->pn.key, p[i].chunk);
+		e = piece_find(s, p[i].layer, true);
+		if (!e)
+			continue;
+		e->pins++;
+		pw[i].e = e;
+		if (spec)
+			continue;
+		e->seq = ++st->seq;
+		heap_fix(&st->heap[e->set], e);
+		if (e->spec) {
+			e->spec = false;
+			p[i].spec = 1;
+			res->spec_hits++;
+			atomic_fetch_add(&st->spec_used, 1);
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+
+	for (size_t i = 0; i < n; i++) {
+		struct centry *e = pw[i].e;
+		int rc = 0;
+
+		if (!e)
+			continue;
+		/* host and ext never change once a piece is ready. */
+		if (p[i].dst && e->host)
+			memcpy(p[i].dst, e->host, e->len);
+		else if (p[i].dst)
+			rc = gpu->ops->read(gpu, &e->ext, 0, p[i].dst, e->len);
+		if (rc)
+			continue; /* served from below instead */
+		p[i].from = KVFS_CHUNK_FROM_CACHE;
+		pw[i].todo = false;
+		res->mem_hits++;
+		if (!spec && e->host && st->cap[CSET_GPU] && gpu) {
+			ins[(*nins)++] = (struct ins){
+				.b = p[i].b, .layer = p[i].layer,
+				.chunk = p[i].chunk, .len = e->len,
+				.src = e->host, .from = e };
+			pw[i].e = NULL;
+		}
+	}
+	pthread_mutex_lock(&st->lock);
+	for (size_t i = 0; i < n; i++) {
+		if (pw[i].e)
+			entry_put(c, pw[i].e);
+		pw[i].e = NULL;
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* Serve what the blocks' own DRAM or pool copies hold. */
+static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+			 struct pw *pw, size_t n, struct bw *bw, size_t nb,
+			 struct kvfs_chunk_result *res)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+
+	/* A lease keeps the pool copy from moving while we copy from it
+	 * (gpu_unpublish refuses leased blocks); our open keeps the DRAM
+	 * copy (eviction and the deferred free refuse open blocks).
+	 */
+	for (size_t k = 0; k < nb && gpu; k++) {
+		struct kvfs_block *b = bw[k].b;
+
+		if (!bw[k].held || atomic_load(&b->dram_ptr))
+			continue;
+		atomic_fetch_add(&b->leases, 1);
+		pthread_mutex_lock(&b->lock);
+		bw[k].gx = b->gpu;
+		pthread_mutex_unlock(&b->lock);
+		if (bw[k].gx.len)
+			bw[k].leased = true;
+		else
+			atomic_fetch_sub(&b->leases, 1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct bw *w = &bw[pw[i].blk];
+		const uint8_t *base;
+		int rc = 0;
+
+		if (!pw[i].todo)
+			continue;
+		base = atomic_load(&w->b->dram_ptr);
+		if (base) {
+			if (p[i].dst)
+				memcpy(p[i].dst, base + pw[i].off,
+				       (size_t)pw[i].len);
+		} else if (w->leased) {
+			if (p[i].dst)
+				rc = gpu->ops->read(gpu, &w->gx, pw[i].off,
+						    p[i].dst, pw[i].len);
+		} else {
+			continue;
+		}
+		if (rc)
+			continue;
+		p[i].from = KVFS_CHUNK_FROM_BLOCK;
+		pw[i].todo = false;
+		res->mem_hits++;
+	}
+	for (size_t k = 0; k < nb; k++)
+		if (bw[k].leased) {
+			atomic_fetch_sub(&bw[k].b->leases, 1);
+			bw[k].leased = false;
+		}
+}
+
+int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		    size_t n, unsigned flags, struct kvfs_chunk_result *res)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	bool spec = flags & KVFS_CHUNK_SPECULATIVE;
+	struct kvfs_chunk_result r0;
+	struct kvfs_block **bs = NULL;
+	struct pw *pw = NULL;
+	struct bw *bw = NULL;
+	struct kc *kc = NULL;
+	struct ins *ins = NULL;
+	size_t nb = 0, nkc = 0, nins = 0;
+	void *buf = NULL;
+	int rc, worst = 0;
+
+	if (!res)
+		res = &r0;
+	memset(res, 0, sizeof(*res));
+	if (flags & ~(unsigned)KVFS_CHUNK_SPECULATIVE) {
+		kvfs_err("chunk read: unknown flags %#x", flags);
+		return -EINVAL;
+	}
+	if (!st) {
+		kvfs_err("chunk read: the chunk cache is not set up");
+		return -EINVAL;
+	}
+	if (!n)
+		return 0;
+	if (!p) {
+		kvfs_err("chunk read: %zu pieces and no array", n);
+		return -EINVAL;
+	}
+	pw = calloc(n, sizeof(*pw));
+	bs = malloc(n * sizeof(*bs));
+	bw = calloc(n, sizeof(*bw));
+	kc = calloc(n, sizeof(*kc));
+	ins = calloc(n, sizeof(*ins));
+	if (!pw || !bs || !bw || !kc || !ins) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = check_pieces(p, n, spec, pw);
+	if (rc)
+		goto out_free;
+
+	/* Each distinct block is held open for the call, so neither its
+	 * SSD extent nor its DRAM copy can go while we read them.
+	 */
+	for (size_t i = 0; i < n; i++)
+		bs[i] = p[i].b;
+	qsort(bs, n, sizeof(*bs), ptr_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (!nb || bs[i] != bw[nb - 1].b)
+			bw[nb++].b = bs[i];
+	for (size_t k = 0; k < nb; k++) {
+		struct kvfs_block *b = bw[k].b;
+
+		/* The same order as kvfs_cache_reader_init(). */
+		atomic_fetch_add(&b->opens, 1);
+		if (atomic_load(&b->flags) & KVFS_B_DELETED) {
+			atomic_fetch_sub(&b->opens, 1);
+			kvfs_block_try_free(c, b);
+			bw[k].err = -ENOENT;
+			continue;
+		}
+		bw[k].held = true;
+		if (!spec)
+			kvfs_cache_touch(c, b);
+	}
+	for (size_t i = 0; i < n; i++) {
+		pw[i].blk = bw_find(bw, nb, p[i].b);
+		res->bytes_wanted += pw[i].len;
+		if (bw[pw[i].blk].err) {
+			p[i].err = bw[pw[i].blk].err;
+			pw[i].todo = false;
+			continue;
+		}
+		kc[nkc++] = (struct kc){ .key = p[i].b->pn.key,
+					 .chunk = p[i].chunk };
+	}
+	scores_ensure(c, kc, nkc);
+
+	serve_cache(c, p, pw, n, spec, ins, &nins, res);
+	serve_blocks(c, p, pw, n, bw, nb, res);
+
+	/* A speculative piece is worth a read only if it would be kept. */
+	if (spec) {
+		pthread_mutex_lock(&st->lock);
+		for (size_t i = 0; i < n; i++) {
+			struct cscore *s;
+
+			if (!pw[i].todo)
+				continue;
+			s = score_find(st, p[i].b->pn.key, p[i].chunk);
+			if (!would_cache(c, s ? score_s(s) : 0,
+					 (uint32_t)pw[i].len))
+				pw[i].todo = false;
+		}
+		pthread_mutex_unlock(&st->lock);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (pw[i].todo) {
+			pw[i].ssd = true;
+			bw[pw[i].blk].ssd = true;
+		}
+	rc = read_ssd(c, p, pw, n, bw, nb, spec, ins, &nins, &buf, res);
+	cache_insert(c, ins, nins);
+	free(buf);
+
+	for (size_t i = 0; i < n; i++) {
+		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)
+			p[i].err = rc;
+		if (err_rank(p[i].err) > err_rank(worst))
+			worst = p[i].err;
+	}
+	if (!rc)
+		rc = worst;
+	atomic_fetch_add(&st->bytes_wanted, res->bytes_wanted);
+	atomic_fetch_add(&st->bytes_read, res->bytes_read);
+	atomic_fetch_add(&st->ssd_reads, res->ssd_reads);
+	atomic_fetch_add(&st->mem_hits, res->mem_hits);
+	for (size_t k = 0; k < nb; k++) {
+		if (!bw[k].held)
+			continue;
+		atomic_fetch_sub(&bw[k].b->opens, 1);
+		kvfs_block_try_free(c, bw[k].b);
+	}
+out_free:
+	free(pw);
+	free(bs);
+	free(bw);
+	free(kc);
+	free(ins);
+	return rc;
+}
+
+/* ------------------------------------------------------- scores (API) */
+
+int kvfs_chunk_score(struct kvfs_cache *c, struct kvfs_block *b,
+		     uint32_t chunk, double a)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	struct kc one;
+	struct cscore *s;
+
+	if (!st || !b)
+		return -EINVAL;
+	key_hex(b, hex);
+	if (b->kind != KVFS_KIND_KV || chunk >= nchunks_of(b)) {
+		kvfs_warn("ns %s: block %s.kv has no chunk %u (%u chunks): "
+			  "score refused", b->ns->rec.name, hex, chunk,
+			  nchunks_of(b));
+		return -EINVAL;
+	}
+	if (!isfinite(a) || a < 0) {
+		kvfs_warn("ns %s: block %s.kv chunk %u: score %g refused "
+			  "(finite, >= 0)", b->ns->rec.name, hex, chunk, a);
+		return -EINVAL;
+	}
+	one = (struct kc){ .key = b->pn.key, .chunk = chunk };
+	scores_ensure(c, &one, 1);
+	pthread_mutex_lock(&st->lock);
+	s = score_find(st, b->pn.key, chunk);
+	if (!s) {
+		pthread_mutex_unlock(&st->lock);
+		return -ENOMEM;
+	}
+	if (atomic_load(&b->flags) & KVFS_B_DELETED) {
+		/* kvfs_chunk_forget may have run already: no new score. */
+		if (!s->pieces)
+			score_remove(st, s);
+		pthread_mutex_unlock(&st->lock);
+		return 0;
+	}
+	s->i += a * st->scale;
+	if (!isfinite(s->i))
+		s->i = DBL_MAX;
+	s->dirty = true;
+	score_fix(st, s);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+void kvfs_chunk_tick(struct kvfs_cache *c)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	if (!st || !st->halflife)
+		return;
+	pthread_mutex_lock(&st->lock);
+	st->tick_total++;
+	if (++st->ticks >= (uint64_t)RENORM_EXP * st->halflife) {
+		/* Dividing every i by the same power of two is exact, so the
+		 * heaps stay ordered.
+		 */
+		for (size_t k = 0; k < st->snb; k++)
+			for (struct cscore *s = st->sb[k]; s; s = s->hnext)
+				s->i = ldexp(s->i, -RENORM_EXP);
+		st->ticks -= (uint64_t)RENORM_EXP * st->halflife;
+	}
+	st->scale = exp2((double)st->ticks / st->halflife);
+	pthread_mutex_unlock(&st->lock);
+}
+
+int kvfs_chunk_get_score(struct kvfs_cache *c, struct kvfs_block *b,
+			 uint32_t chunk, double *i, uint64_t *f, double *s)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_meta_txn *t;
+	struct cscore *x;
+	double vi = 0;
+	uint64_t vf = 0;
+	int rc;
+
+	if (!st || !b || b->kind != KVFS_KIND_KV || chunk >= nchunks_of(b))
+		return -EINVAL;
+	pthread_mutex_lock(&st->lock);
+	x = score_find(st, b->pn.key, chunk);
+	if (x) {
+		vi = x->i / st->scale;
+		vf = x->f;
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (!x) {
+		rc = kvfs_meta_txn_begin(c->store->meta, true, &t);
+		if (rc)
+			return rc;
+		rc = kvfs_meta_score_get(t, b->pn.key, chunk, &vi, &vf);
+		kvfs_meta_txn_abort(t);
+		if (rc)
+			return rc;
+	}
+	if (i)
+		*i = vi;
+	if (f)
+		*f = vf;
+	if (s)
+		*s = vi * (double)vf;
+	return 0;
+}
+
+int kvfs_chunk_where(struct kvfs_cache *c, struct kvfs_block *b,
+		     uint32_t layer, uint32_t chunk)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct centry *e;
+	int w = KVFS_CHUNK_IN_NONE;
+
+	if (!st || !b)
+		return w;
+	pthread_mutex_lock(&st->lock);
+	e = piece_find(score_find(st, b->pn.key, chunk), layer, true);
+	if (e)
+		w = e->set == CSET_GPU ? KVFS_CHUNK_IN_GPU : KVFS_CHUNK_IN_DRAM;
+	pthread_mutex_unlock(&st->lock);
+	return w;
+}
+
+/* ---------------------------------------------------------------- flush */
+
+enum frec_state {
+	FR_UNWRITTEN = 0, /* the block has no record (yet, or any more) */
+	FR_WRITTEN,
+	FR_GONE,          /* ... and it is not in the index: deleted */
+};
+
+struct frec {
+	uint8_t key[KVFS_KEY_LEN];
+	uint32_t chunk;
+	double i;
+	uint64_t f;
+	int state;        /* enum frec_state */
+};
+
+static void todo_free(struct ccrc_todo *td)
+{
+	while (td) {
+		struct ccrc_todo *next = td->next;
+
+		free(td->crc);
+		free(td);
+		td = next;
+	}
+}
+
+/*
+ * Settle the scores a flush did not write. If the transaction failed, all
+ * are dirty again. A score whose block has no record stays dirty while
+ * the block is indexed (its write-back is still to come) and is dropped
+ * when the block is gone. Index lookups take shard locks, so they happen
+ * before st->lock.
+ */
+static void flush_settle(struct kvfs_cache *c, struct frec *v, size_t n,
+			 bool failed)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	for (size_t k = 0; k < n && !failed; k++) {
+		struct kvfs_block *b;
+
+		if (v[k].state != FR_UNWRITTEN)
+			continue;
+		b = kvfs_index_find_key(c, v[k].key);
+		if (!b)
+			v[k].state = FR_GONE;
+		kvfs_cache_put(c, b);
+	}
+	pthread_mutex_lock(&st->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct cscore *s = score_find(st, v[k].key, v[k].chunk);
+
+		if (!s)
+			continue;
+		if (failed || v[k].state == FR_UNWRITTEN)
+			s->dirty = true;
+		else if (v[k].state == FR_GONE && !s->dirty && !s->pieces)
+			score_remove(st, s);
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+/*
+ * Caller holds st->lock. A score is written when it changed, and, with
+ * decay on, once per half-life even if it did not: the stored I is then
+ * never more than twice the decayed one, at one write per score per
+ * half-life.
+ */
+static bool flush_due(const struct kvfs_chunk_state *st,
+		      const struct cscore *s)
+{
+	return s->dirty ||
+	       (st->halflife && st->tick_total - s->wtick >= st->halflife);
+}
+
+int kvfs_chunk_flush(struct kvfs_cache *c)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_meta_txn *t = NULL;
+	struct ccrc_todo *td;
+	struct frec *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	if (!st)
+		return 0;
+	pthread_mutex_lock(&c->meta_lock);
+	pthread_mutex_lock(&st->lock);
+	for (size_t k = 0; k < st->snb; k++)
+		for (struct cscore *s = st->sb[k]; s; s = s->hnext)
+			cap += flush_due(st, s);
+	v = cap ? calloc(cap, sizeof(*v)) : NULL;
+	for (size_t k = 0; v && k < st->snb; k++)
+		for (struct cscore *s = st->sb[k]; s; s = s->hnext) {
+			if (!flush_due(st, s))
+				continue;
+			memcpy(v[n].key, s->key, KVFS_KEY_LEN);
+			v[n].chunk = s->chunk;
+			v[n].i = s->i / st->scale;
+			v[n].f = s->f;
+			s->dirty = false;
+			s->wtick = st->tick_total;
+			n++;
+		}
+	td = st->todo;
+	st->todo = NULL;
+	pthread_mutex_unlock(&st->lock);
+	if (cap && !v) {
+		pthread_mutex_unlock(&c->meta_lock);
+		if (td) {
+			struct ccrc_todo *x = td;
+
+			pthread_mutex_lock(&st->lock);
+			while (x->next)
+				x = x->next;
+			x->next = st->todo;
+			st->todo = td;
+			pthread_mutex_unlock(&st->lock);
+		}
+		return -ENOMEM;
+	}
+	if (!n && !td) {
+		pthread_mutex_unlock(&c->meta_lock);
+		return 0;
+	}
+	rc = kvfs_meta_txn_begin(c->store->meta, false, &t);
+	for (size_t k = 0; k < n && !rc; k++) {
+		struct kvfs_meta_blk r;
+
+		/* A block deleted meanwhile lost its scores in the delete's
+		 * transaction: never write them back.
+		 */
+		if (kvfs_meta_blk_get(t, v[k].key, &r))
+			continue;
+		rc = kvfs_meta_score_put(t, v[k].key, v[k].chunk, v[k].i,
+					 v[k].f);
+		if (!rc)
+			v[k].state = FR_WRITTEN;
+	}
+	for (struct ccrc_todo *x = td; x && !rc; x = x->next) {
+		struct kvfs_meta_blk r;
+
+		if (!kvfs_meta_blk_get(t, x->key, &r))
+			rc = kvfs_meta_ccrc_put(t, x->key, x->crc, x->n);
+	}
+	if (rc)
+		kvfs_meta_txn_abort(t);
+	else
+		rc = kvfs_meta_txn_commit(t);
+	pthread_mutex_unlock(&c->meta_lock);
+	if (rc)
+		kvfs_warn("recording %zu chunk scores failed: %s", n,
+			  strerror(-rc));
+	flush_settle(c, v, n, rc != 0);
+	todo_free(td);
+	free(v);
+	return rc;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int kvfs_chunk_init(struct kvfs_cache *c)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_chunk_state *st;
+	char b1[32], b2[32];
+
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pthread_mutex_init(&st->lock, NULL);
+	st->cap[CSET_DRAM] = c->conf.chunk_dram;
+	st->cap[CSET_GPU] = gpu && c->gops ? c->conf.chunk_gpu : 0;
+	if (c->conf.chunk_gpu && !st->cap[CSET_GPU])
+		kvfs_warn("[chunks] gpu_capacity is set but there is no "
+			  "device tier ([tier.gpu] backend): chunks are "
+			  "cached in DRAM only");
+	if (gpu && st->cap[CSET_GPU] > gpu->capacity)
+		kvfs_warn("[chunks] gpu_capacity exceeds the device pool; "
+			  "the pool's free room limits it");
+	st->halflife = c->conf.score_halflife;
+	st->scale = 1;
+	c->chunks = st;
+	kvfs_info("chunk cache: %s in DRAM, %s in the device pool, scores %s",
+		  kvfs_util_fmt_size(st->cap[CSET_DRAM], b1, sizeof(b1)),
+		  kvfs_util_fmt_size(st->cap[CSET_GPU], b2, sizeof(b2)),
+		  st->halflife ? "decay" : "never decay");
+	return 0;
+}
+
+void kvfs_chunk_release(struct kvfs_cache *c)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	if (!st)
+		return;
+	for (size_t k = 0; k < st->snb; k++) {
+		struct cscore *s = st->sb[k], *next;
+
+		for (; s; s = next) {
+			next = s->hnext;
+			while (s->pieces) {
+				struct centry *e = s->pieces;
+
+				s->pieces = e->snext;
+				entry_free(c, e);
+			}
+			free(s);
+		}
+	}
+	free(st->sb);
+	for (int k = 0; k < CSET_N; k++)
+		free(st->heap[k].v);
+	todo_free(st->todo);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+	c->chunks = NULL;
+}
+
+void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+	uint32_t nc;
+
+	if (!st || !b)
+		return;
+	nc = nchunks_of(b);
+	pthread_mutex_lock(&st->lock);
+	for (uint32_t j = 0; j < nc; j++) {
+		struct cscore *s = score_find(st, b->pn.key, j);
+
+		if (!s)
+			continue;
+		while (s->pieces)
+			entry_unlink(c, s->pieces);
+		score_remove(st, s);
+	}
+	for (struct ccrc_todo **pp = &st->todo; *pp;) {
+		struct ccrc_todo *x = *pp;
+
+		if (memcmp(x->key, b->pn.key, KVFS_KEY_LEN)) {
+			pp = &x->next;
+			continue;
+		}
+		*pp = x->next;
+		free(x->crc);
+		free(x);
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *o)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	memset(o, 0, sizeof(*o));
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->lock);
+	o->dram_used = st->used[CSET_DRAM];
+	o->dram_capacity = st->cap[CSET_DRAM];
+	o->dram_pieces = st->heap[CSET_DRAM].n;
+	o->gpu_used = st->used[CSET_GPU];
+	o->gpu_capacity = st->cap[CSET_GPU];
+	o->gpu_pieces = st->heap[CSET_GPU].n;
+	pthread_mutex_unlock(&st->lock);
+	o->bytes_wanted = atomic_load(&st->bytes_wanted);
+	o->bytes_read = atomic_load(&st->bytes_read);
+	o->ssd_reads = atomic_load(&st->ssd_reads);
+	o->mem_hits = atomic_load(&st->mem_hits);
+	o->spec_loaded = atomic_load(&st->spec_loaded);
+	o->spec_used = atomic_load(&st->spec_used);
+	o->evictions = atomic_load(&st->evictions);
+	o->demotions = atomic_load(&st->demotions);
+}

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Chunk-granular access (ContiguousKV): reading chosen chunks of chosen
+ * layers of a block without reading the rest, and the attention-guided
+ * chunk cache that keeps the chunks that matter in DRAM and the device
+ * pool.
+ *
+ * A piece is (block, layer, chunk): chunk_bytes = 2 * c * kv_heads *
+ * head_dim * dtype size contiguous bytes of the block file, K then V
+ * (meta/fmt.h, kvfs_fmt_chunk_range). When chunk_bytes is a multiple of
+ * 4 KiB every piece starts on a 4 KiB boundary of the file and of its SSD
+ * extent, so a piece is read with no amplification; otherwise reads are
+ * rounded out to 4 KiB.
+ *
+ * Every piece read from the SSD is verified against its own CRC-32C
+ * (computed at commit, stored in LMDB with the block record): a sparse read
+ * cannot use the block's payload CRC, and torn bytes are never served. A
+ * block stored without them (before they existed) is read whole once and
+ * checked by its block CRC; its table is rebuilt then and stored by the
+ * next kvfs_chunk_flush(). docs/contiguouskv.md has the details.
+ *
+ * Scores (paper 004 §4.4): per (block, chunk), I = cumulative attention
+ * reported by engines, F = loads the engines asked for, S = I * F. The
+ * cache holds pieces in two sets, device and DRAM, each evicting its
+ * lowest S; a piece evicted from the device set drops to DRAM if its S is
+ * above DRAM's lowest. Scores survive eviction and restarts (LMDB, batched).
+ *
+ * Locking: the chunk cache has its own mutex (inside c->chunks), taken
+ * after c->meta_lock and b->io_lock and before b->lock; it is never held
+ * across an SSD read or a copy into the caller's memory. Every function
+ * here may be called from any thread.
+ */
+#ifndef KVFS_CACHE_CHUNK_H
+#define KVFS_CACHE_CHUNK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvfs_cache;
+struct kvfs_block;
+
+/* Where a piece came from. */
+enum kvfs_chunk_from {
+	KVFS_CHUNK_FROM_CACHE = 1, /* the chunk cache (DRAM or device set) */
+	KVFS_CHUNK_FROM_BLOCK,     /* the block's own DRAM or pool copy */
+	KVFS_CHUNK_FROM_SSD,       /* read now */
+};
+
+struct kvfs_chunk_piece {
+	struct kvfs_block *b;  /* referenced by the caller for the call */
+	uint32_t layer;
+	uint32_t chunk;        /* index within the block */
+	void *dst;             /* chunk_bytes of host memory, or NULL with
+				* KVFS_CHUNK_SPECULATIVE */
+	int from;              /* out: enum kvfs_chunk_from, 0 if not
+				* delivered */
+	int spec;              /* out: the cached copy was a speculative load */
+	int err;               /* out: 0, or why this piece was not
+				* delivered (-EBADMSG, -EIO, -ENOENT) */
+};
+
+struct kvfs_chunk_result {
+	uint64_t bytes_wanted; /* pieces * chunk_bytes */
+	uint64_t bytes_read;   /* read from the SSD, alignment included */
+	uint32_t ssd_reads;    /* read operations after coalescing */
+	uint32_t mem_hits;     /* pieces served from memory */
+	uint32_t spec_hits;    /* of those, from a speculative load */
+};
+
+enum kvfs_chunk_flags {
+	/* Load into the chunk cache only (no dst): an inter-period prefetch.
+	 * Such loads do not count in F until an engine request uses them.
+	 */
+	KVFS_CHUNK_SPECULATIVE = 1 << 0,
+};
+
+/* Set up the chunk cache from the config ([chunks] capacities); 0 or
+ * -errno. Called by kvfs_cache_open after the tiers exist.
+ */
+int kvfs_chunk_init(struct kvfs_cache *c);
+/* Drop every cached piece and the score table (scores were flushed). */
+void kvfs_chunk_release(struct kvfs_cache *c);
+
+/*
+ * kvfs_chunk_read() - deliver @n pieces (all of one namespace).
+ * Memory first (chunk cache, then the block's DRAM or pool copy); the rest
+ * is read from the SSD in one io_uring batch, pieces that are adjacent in
+ * the data file coalesced into one read. Returns 0, -EINVAL (a layer or
+ * chunk out of range for its block, a NULL dst without
+ * KVFS_CHUNK_SPECULATIVE, unknown flags: checked before anything is read,
+ * nothing delivered, logged), -EBADMSG (a piece failed its CRC: not
+ * delivered, logged), -EIO, -ENOENT (a block was deleted meanwhile),
+ * -ENOMEM. With -EBADMSG, -EIO or -ENOENT every other piece is still
+ * delivered; p[i].err says which were not (-EIO wins over -EBADMSG over
+ * -ENOENT in the return value).
+ * Every non-speculative piece adds 1 to F of its (block, chunk): F counts
+ * layer-chunk loads, however the engine splits them into calls.
+ * With KVFS_CHUNK_SPECULATIVE a piece that is in no memory is read only if
+ * the chunk cache would admit it now (its score beats a full set's
+ * lowest); p[i].from stays 0 for one that is skipped.
+ * @res may be NULL.
+ */
+int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		    size_t n, unsigned flags, struct kvfs_chunk_result *res);
+
+/* Add an engine-reported attention score to chunk @chunk of @b: I += @a
+ * (a sum that would overflow stays at DBL_MAX). 0, -EINVAL (chunk out of
+ * range, score negative or not finite; logged), -ENOMEM. A block deleted
+ * meanwhile gets no score (0).
+ */
+int kvfs_chunk_score(struct kvfs_cache *c, struct kvfs_block *b,
+		     uint32_t chunk, double a);
+
+/* One engine request has finished (SCORES): with [chunks] score_halflife
+ * H > 0 every I is multiplied by 2^(-1/H); a no-op with H = 0.
+ */
+void kvfs_chunk_tick(struct kvfs_cache *c);
+
+/* Write dirty scores (and CRC tables computed by a fallback read) to LMDB
+ * in one transaction, under c->meta_lock (mover thread, shutdown). Scores
+ * of a block without a record yet (not written back) stay dirty for the
+ * next flush. 0 or -errno (logged; everything stays dirty).
+ */
+int kvfs_chunk_flush(struct kvfs_cache *c);
+
+/* Forget a deleted block's pieces and its in-memory scores (not its
+ * scores' records: the delete transaction removes those). Called with no
+ * lock held, after KVFS_B_DELETED is set: pieces loaded concurrently are
+ * then never cached.
+ */
+void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b);
+
+/*
+ * kvfs_chunk_crcs() - the per-piece CRC-32C table of a block image: n_layers
+ * * n_chunks values, layer-major. @out must hold that many. The write-back
+ * stores it with the block record.
+ */
+void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
+		     uint32_t *out);
+/* Number of CRCs kvfs_chunk_crcs() writes for @b. */
+size_t kvfs_chunk_ncrcs(const struct kvfs_block *b);
+
+/* Introspection for tests and stats. Counters are since start;
+ * evictions are pieces dropped from memory, demotions pieces moved from
+ * the device set to DRAM; spec_loaded counts speculative pieces cached,
+ * spec_used those an engine request used afterwards.
+ */
+struct kvfs_chunk_stats {
+	uint64_t dram_used, dram_capacity, dram_pieces;
+	uint64_t gpu_used, gpu_capacity, gpu_pieces;
+	uint64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
+	uint64_t spec_loaded, spec_used, evictions, demotions;
+};
+void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *st);
+/* Score of (b, chunk): I, F and S = I * F (each pointer may be NULL);
+ * -ENOENT if never seen, -EINVAL for a chunk out of range, or an LMDB
+ * error.
+ */
+int kvfs_chunk_get_score(struct kvfs_cache *c, struct kvfs_block *b,
+			 uint32_t chunk, double *i, uint64_t *f, double *s);
+
+/* Where the chunk cache holds piece (b, layer, chunk) now (tests,
+ * diagnostics). A piece still being copied in counts as not held.
+ */
+enum kvfs_chunk_where {
+	KVFS_CHUNK_IN_NONE = 0,
+	KVFS_CHUNK_IN_DRAM = 1,
+	KVFS_CHUNK_IN_GPU = 2,
+};
+int kvfs_chunk_where(struct kvfs_cache *c, struct kvfs_block *b,
+		     uint32_t layer, uint32_t chunk);
+
+#endif

@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FETCH_CHUNKS and SCORES against a live mount (run by test_chunks.sh).
+ *
+ *   chunks_client write MNT     write the test prefixes (then remount)
+ *   chunks_client check MNT     the checks, on SSD-only blocks
+ *
+ * Namespaces (set up by the script), all with 4 layers, 2 KV heads,
+ * head_dim 128, 64-token blocks of 16-token chunks: c16 (bf16), h16
+ * (f16), f32 and f8 (f8_e4m3). Every chunk is a multiple of 4 KiB. Each
+ * namespace holds one prefix of 168 tokens: two full blocks and one of 40
+ * tokens, so 4 + 4 + 3 = 11 chunks, the last one partial.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fs/kvfs_ctl.h"
+#include "meta/fmt.h"
+
+#define NBLK 3
+#define NCHUNK 11
+
+static const char *mnt;
+static char ctl_path[4096];
+
+struct prefix {
+	const char *ns;
+	struct kvfs_geom g;
+	uint8_t key[NBLK][16];
+	uint8_t *img[NBLK];
+	uint32_t ntok[NBLK];
+	uint64_t cb; /* chunk bytes */
+};
+
+static struct prefix pf[4];
+
+static void geom_of(struct prefix *p, const char *ns, int dtype)
+{
+	p->ns = ns;
+	p->g = (struct kvfs_geom){ .n_layers = 4, .n_kv_heads = 2,
+				   .head_dim = 128, .block_tokens = 64,
+				   .chunk_tokens = 16, .dtype = (uint16_t)dtype };
+}
+
+/* Build (and with @write, store) the prefix of namespace @p. */
+static void prefix_make(struct prefix *p, int seed, bool write_files)
+{
+	uint8_t parent[16], root[16];
+	char path[4200], hex[33], v[64];
+
+	snprintf(path, sizeof(path), "%s/%s", mnt, p->ns);
+	assert_int_equal(getxattr(path, "user.kvfs.root", v, 32), 32);
+	v[32] = 0;
+	assert_int_equal(kvfs_fmt_key_parse(v, root), 0);
+	memcpy(parent, root, 16);
+	for (int i = 0; i < NBLK; i++) {
+		uint32_t tok[64], n = i < NBLK - 1 ? 64 : 40;
+		uint64_t size = kvfs_fmt_file_size(&p->g, KVFS_KIND_KV, n);
+		uint64_t po = kvfs_fmt_payload_off(n);
+		uint8_t *pay = malloc(size - po);
+
+		for (uint32_t t = 0; t < n; t++)
+			tok[t] = (uint32_t)(seed * 1000 + i * 64 + t);
+		for (uint64_t b = 0; b < size - po; b++)
+			pay[b] = (uint8_t)(b * 7 + (uint64_t)i * 13 + seed);
+		p->img[i] = malloc(size);
+		p->ntok[i] = n;
+		assert_int_equal(kvfs_fmt_build(&p->g, KVFS_KIND_KV, parent,
+						(uint64_t)i * 64, tok, n, pay,
+						p->img[i], size),
+				 0);
+		free(pay);
+		memcpy(p->key[i], p->img[i] + 64, 16);
+		memcpy(parent, p->key[i], 16);
+		if (!write_files)
+			continue;
+		kvfs_fmt_key_hex(p->key[i], hex);
+		snprintf(path, sizeof(path), "%s/%s/%s.kv", mnt, p->ns, hex);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, p->img[i], size), (ssize_t)size);
+		assert_int_equal(fsync(fd), 0);
+		assert_int_equal(close(fd), 0);
+	}
+	uint64_t off, len;
+
+	assert_int_equal(kvfs_fmt_chunk_range(&p->g, 64, 0, 0, &off, &len), 0);
+	p->cb = len;
+}
+
+/* Expected bytes of prefix-global chunk @j, layer @l. */
+static const uint8_t *expect(const struct prefix *p, uint32_t l, uint32_t j)
+{
+	uint64_t off, len;
+	int i = 0;
+
+	while (j >= (p->ntok[i] + 15) / 16)
+		j -= (p->ntok[i++] + 15) / 16;
+	assert_int_equal(kvfs_fmt_chunk_range(&p->g, p->ntok[i], l, j, &off,
+					      &len),
+			 0);
+	return p->img[i] + off;
+}
+
+/* ----------------------------------------------------------- requests */
+
+struct shm_region {
+	char name[64];
+	uint8_t *p;
+	size_t len;
+};
+
+static void shm_make(struct shm_region *r, const char *tag, size_t len)
+{
+	int fd;
+
+	snprintf(r->name, sizeof(r->name), "/kvfs-tchunks-%s-%d", tag,
+		 (int)getpid());
+	shm_unlink(r->name);
+	fd = shm_open(r->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	r->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	assert_true(r->p != MAP_FAILED);
+	r->len = len;
+}
+
+static void shm_drop(struct shm_region *r)
+{
+	munmap(r->p, r->len);
+	shm_unlink(r->name);
+}
+
+static struct shm_region peer, sync_w;
+
+/* A FETCH_CHUNKS request in @m; returns its byte size. */
+static size_t chunks_req(struct kvfs_ctl_msg *m, const struct prefix *p,
+			 uint32_t first, uint32_t nl, const uint32_t *ch,
+			 uint32_t n, unsigned flags)
+{
+	uint8_t *a = m->bytes + sizeof(m->req);
+
+	memset(m, 0, sizeof(*m));
+	m->req.magic = KVFS_CTL_MAGIC;
+	m->req.abi = KVFS_CTL_ABI;
+	m->req.op = KVFS_CTL_FETCH_CHUNKS;
+	m->req.flags = flags;
+	snprintf(m->req.ns, sizeof(m->req.ns), "%s", p->ns);
+	m->req.n_keys = NBLK;
+	memcpy(a, p->key, 16 * NBLK);
+	a += 16 * NBLK;
+	if (!(flags & KVFS_CTL_F_POOL)) {
+		m->req.n_dst = 1;
+		memset(a, 0, 8);
+		a += 8;
+	}
+	m->req.layer_first = first;
+	m->req.n_layers = nl;
+	m->req.n_chunks = n;
+	memcpy(a, ch, 4 * n);
+	a += 4 * n;
+	m->req.peer.backend = KVFS_CTL_BACKEND_SHM;
+	m->req.peer.size = peer.len;
+	snprintf(m->req.peer.shm_name, sizeof(m->req.peer.shm_name), "%s",
+		 peer.name);
+	snprintf(m->req.sync.shm_name, sizeof(m->req.sync.shm_name), "%s",
+		 sync_w.name);
+	m->req.size = (uint32_t)(a - m->bytes);
+	return m->req.size;
+}
+
+static int call(int fd, struct kvfs_ctl_msg *m)
+{
+	int op = m->req.op;
+
+	assert_int_equal(ioctl(fd, KVFS_IOC(op), m), 0);
+	assert_int_equal(m->resp.op, op);
+	return m->resp.error;
+}
+
+/* Fetch and compare every delivered byte; returns the response. */
+static struct kvfs_ctl_resp fetch_check(int fd, const struct prefix *p,
+					uint32_t first, uint32_t nl,
+					const uint32_t *ch, uint32_t n,
+					unsigned flags)
+{
+	struct kvfs_ctl_msg m;
+
+	chunks_req(&m, p, first, nl, ch, n, flags);
+	assert_int_equal(call(fd, &m), 0);
+	assert_int_equal(*(uint32_t *)sync_w.p, nl);
+	for (uint32_t l = 0; l < nl; l++)
+		for (uint32_t k = 0; k < n; k++)
+			assert_memory_equal(peer.p + ((uint64_t)l * n + k) *
+							     p->cb,
+					    expect(p, first + l, ch[k]), p->cb);
+	assert_int_equal(m.resp.bytes_wanted, (uint64_t)nl * n * p->cb);
+	return m.resp;
+}
+
+static int ctl_open(void)
+{
+	int fd = open(ctl_path, O_RDWR | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	return fd;
+}
+
+static void stats(int fd, struct kvfs_ctl_stats *st)
+{
+	struct kvfs_ctl_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.req.magic = KVFS_CTL_MAGIC;
+	m.req.abi = KVFS_CTL_ABI;
+	m.req.op = KVFS_CTL_STATS;
+	m.req.size = sizeof(m.req);
+	assert_int_equal(call(fd, &m), 0);
+	*st = m.resp.stats;
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_exact_bytes_random_sets(void **state)
+{
+	int fd = ctl_open();
+	unsigned seed = 7;
+
+	for (int round = 0; round < 30; round++) {
+		struct prefix *p = &pf[round % 4];
+		uint32_t ch[NCHUNK], n = 0;
+		uint32_t first = (uint32_t)(rand_r(&seed) % 4);
+		uint32_t nl = 1 + (uint32_t)(rand_r(&seed) % (4 - first));
+
+		for (uint32_t j = 0; j < NCHUNK; j++)
+			if (rand_r(&seed) % 3 == 0)
+				ch[n++] = j;
+		if (!n)
+			ch[n++] = NCHUNK - 1; /* the partial last chunk */
+		/* any order: the output follows the request's order */
+		if (n > 1 && round % 2) {
+			uint32_t t = ch[0];
+
+			ch[0] = ch[n - 1];
+			ch[n - 1] = t;
+		}
+		fetch_check(fd, p, first, nl, ch, n, 0);
+	}
+	close(fd);
+}
+
+/* Adjacent chunks of one layer of one block are one read, no more bytes
+ * than asked; the blocks are on the SSD only and these pieces uncached.
+ */
+static void test_coalescing(void **state)
+{
+	struct kvfs_ctl_resp r;
+	int fd = ctl_open();
+	const uint32_t adj[] = { 0, 1, 2, 3 }, gap[] = { 4, 6 };
+
+	r = fetch_check(fd, &pf[0], 3, 1, adj, 4, 0);
+	assert_int_equal(r.mem_hits, 0);
+	assert_int_equal(r.ssd_reads, 1);
+	assert_int_equal(r.bytes_read, r.bytes_wanted);
+	r = fetch_check(fd, &pf[0], 3, 1, gap, 2, 0);
+	assert_int_equal(r.ssd_reads, 2);
+	assert_int_equal(r.bytes_read, r.bytes_wanted);
+	/* the same pieces again come from memory */
+	r = fetch_check(fd, &pf[0], 3, 1, adj, 4, 0);
+	assert_int_equal(r.ssd_reads, 0);
+	assert_int_equal(r.mem_hits, 4);
+	assert_int_equal(r.bytes_read, 0);
+	close(fd);
+}
+
+/* Inter-period prefetch: period 0 (layers 0-1) with SPECULATE loads the
+ * same chunks for layers 2-3; period 1 then asks for one more chunk and
+ * reads only the difference from the SSD.
+ */
+static void test_inter_period_difference(void **state)
+{
+	struct kvfs_ctl_stats st;
+	struct kvfs_ctl_resp r;
+	int fd = ctl_open();
+	const uint32_t p0[] = { 7, 8 }, p1[] = { 7, 8, 9 };
+	uint64_t loaded0;
+
+	stats(fd, &st);
+	loaded0 = st.spec_loaded;
+	fetch_check(fd, &pf[1], 0, 2, p0, 2, KVFS_CTL_F_SPECULATE);
+	/* The speculative loads run in the background while an engine would
+	 * compute; wait for them by their counter (bounded).
+	 */
+	for (int i = 0; i < 1000000; i++) {
+		stats(fd, &st);
+		if (st.spec_loaded >= loaded0 + 4)
+			break;
+		sched_yield();
+	}
+	assert_true(st.spec_loaded >= loaded0 + 4);
+	r = fetch_check(fd, &pf[1], 2, 2, p1, 3, 0);
+	assert_int_equal(r.spec_hits, 4);  /* chunks 7, 8 of layers 2, 3 */
+	assert_int_equal(r.mem_hits, 4);
+	assert_int_equal(r.bytes_read, 2 * pf[1].cb); /* only chunk 9 */
+	stats(fd, &st);
+	assert_true(st.spec_used >= 4);
+	close(fd);
+}
+
+static void test_pool_mode(void **state)
+{
+	struct kvfs_ctl_msg m;
+	const uint32_t ch[] = { 10, 0 };
+	const uint8_t *pool;
+	int fd = ctl_open(), pfd;
+
+	chunks_req(&m, &pf[2], 1, 2, ch, 2, KVFS_CTL_F_POOL);
+	m.req.sync.shm_name[0] = 0;
+	assert_int_equal(call(fd, &m), 0);
+	assert_int_equal(m.resp.n_blocks, 1);
+	struct kvfs_ctl_block *b = (void *)(m.bytes + sizeof(m.resp));
+
+	assert_int_equal(b->len, 4 * pf[2].cb);
+	assert_int_equal(b->layer_bytes, 2 * pf[2].cb);
+	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
+	assert_true(pfd >= 0);
+	pool = mmap(NULL, m.resp.pool.size, PROT_READ, MAP_SHARED, pfd, 0);
+	close(pfd);
+	assert_true(pool != MAP_FAILED);
+	for (uint32_t l = 0; l < 2; l++)
+		for (uint32_t k = 0; k < 2; k++)
+			assert_memory_equal(pool + b->pool_off +
+						    (l * 2 + k) * pf[2].cb,
+					    expect(&pf[2], 1 + l, ch[k]),
+					    pf[2].cb);
+	munmap((void *)pool, m.resp.pool.size);
+	close(fd);
+}
+
+static void test_scores(void **state)
+{
+	struct kvfs_ctl_msg m;
+	uint8_t *a = m.bytes + sizeof(m.req);
+	int fd = ctl_open();
+	const uint32_t ch[] = { 1, 5 };
+	const float sc[] = { 0.75f, 2.5f }, bad_sc[] = { NAN, 1.0f };
+
+	memset(&m, 0, sizeof(m));
+	m.req.magic = KVFS_CTL_MAGIC;
+	m.req.abi = KVFS_CTL_ABI;
+	m.req.op = KVFS_CTL_SCORES;
+	snprintf(m.req.ns, sizeof(m.req.ns), "%s", pf[0].ns);
+	m.req.n_keys = NBLK;
+	memcpy(a, pf[0].key, 16 * NBLK);
+	m.req.n_chunks = 2;
+	m.req.n_scores = 2;
+	memcpy(a + 16 * NBLK, ch, 8);
+	memcpy(a + 16 * NBLK + 8, sc, 8);
+	m.req.size = (uint32_t)(sizeof(m.req) + 16 * NBLK + 16);
+	struct kvfs_ctl_msg again = m;
+
+	assert_int_equal(call(fd, &m), 0);
+	m = again;
+	memcpy(m.bytes + sizeof(m.req) + 16 * NBLK + 8, bad_sc, 8);
+	assert_int_equal(call(fd, &m), -EINVAL);
+	m = again;
+	((uint32_t *)(m.bytes + sizeof(m.req) + 16 * NBLK))[1] = NCHUNK;
+	assert_int_equal(call(fd, &m), -EINVAL);
+	close(fd);
+}
+
+static void test_bad_input(void **state)
+{
+	struct kvfs_ctl_msg m;
+	int fd = ctl_open();
+	const uint32_t past[] = { NCHUNK }, dup[] = { 2, 2 }, ok[] = { 1 };
+
+	chunks_req(&m, &pf[0], 0, 1, past, 1, 0);
+	assert_int_equal(call(fd, &m), -EINVAL); /* past the last token */
+	chunks_req(&m, &pf[0], 3, 2, ok, 1, 0);
+	assert_int_equal(call(fd, &m), -EINVAL); /* layers 3..4 of 4 */
+	chunks_req(&m, &pf[0], 4, 1, ok, 1, 0);
+	assert_int_equal(call(fd, &m), -EINVAL);
+	chunks_req(&m, &pf[0], 0, 1, dup, 2, 0);
+	assert_int_equal(call(fd, &m), -EINVAL); /* duplicates */
+	chunks_req(&m, &pf[0], 0, 1, ok, 1, 0);
+	snprintf(m.req.ns, sizeof(m.req.ns), "nope");
+	assert_int_equal(call(fd, &m), -ENOENT); /* wrong namespace */
+	chunks_req(&m, &pf[0], 0, 1, ok, 1, 0);
+	snprintf(m.req.ns, sizeof(m.req.ns), "%s", pf[1].ns);
+	assert_int_equal(call(fd, &m), -ENOENT); /* keys of another ns */
+	chunks_req(&m, &pf[0], 0, 4, ok, 1, 0);
+	m.req.peer.size = 4096; /* shrink what we claim to own: too small */
+	((uint64_t *)(m.bytes + sizeof(m.req) + 16 * NBLK))[0] =
+		peer.len - 4096;
+	assert_true(call(fd, &m) < 0);
+	/* empty sets and missing layers are malformed: EINVAL at once */
+	chunks_req(&m, &pf[0], 0, 1, ok, 1, 0);
+	m.req.n_chunks = 0;
+	m.req.size -= 4;
+	assert_int_equal(ioctl(fd, KVFS_IOC_FETCH_CHUNKS, &m), -1);
+	assert_int_equal(errno, EINVAL);
+	chunks_req(&m, &pf[0], 0, 0, ok, 1, 0);
+	assert_int_equal(ioctl(fd, KVFS_IOC_FETCH_CHUNKS, &m), -1);
+	assert_int_equal(errno, EINVAL);
+	/* and nothing broke */
+	fetch_check(fd, &pf[0], 0, 1, ok, 1, 0);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_coalescing),
+		cmocka_unit_test(test_inter_period_difference),
+		cmocka_unit_test(test_exact_bytes_random_sets),
+		cmocka_unit_test(test_pool_mode),
+		cmocka_unit_test(test_scores),
+		cmocka_unit_test(test_bad_input),
+	};
+	bool write_files;
+	int rc;
+
+	if (argc != 3)
+		return 2;
+	write_files = !strcmp(argv[1], "write");
+	mnt = argv[2];
+	snprintf(ctl_path, sizeof(ctl_path), "%s/.kvfs/ctl", mnt);
+	geom_of(&pf[0], "c16", KVFS_DTYPE_BF16);
+	geom_of(&pf[1], "h16", KVFS_DTYPE_F16);
+	geom_of(&pf[2], "f32", KVFS_DTYPE_F32);
+	geom_of(&pf[3], "f8", KVFS_DTYPE_F8_E4M3);
+	for (int i = 0; i < 4; i++)
+		prefix_make(&pf[i], 10 + i, write_files);
+	if (write_files)
+		return 0;
+	shm_make(&peer, "peer", 4 * NCHUNK * 64 * 1024);
+	shm_make(&sync_w, "sync", 4096);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	shm_drop(&peer);
+	shm_drop(&sync_w);
+	return rc;
+}
