@@ -17,6 +17,7 @@
 
 #include "cache/trace.h"
 #include "meta/log.h"
+#include "meta/util.h"
 
 #define JSON_MAX_MEMBERS 32
 #define JSON_KEY_MAX 32
@@ -64,16 +65,6 @@ static bool jp_fail(struct jp *j, const char *why)
 	return false;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* A JSON string into @out (truncated to @cap - 1 bytes, NUL-ended). */
 static bool jp_string(struct jp *j, char *out, size_t cap)
@@ -106,7 +97,7 @@ static bool jp_string(struct jp *j, char *out, size_t cap)
 					return jp_fail(j, "short \\u escape");
 				cp = 0;
 				for (int k = 0; k < 4; k++) {
-					int h = hexval(j->p[k]);
+					int h = kvfs_util_hexval(j->p[k]);
 
 					if (h < 0)
 						return jp_fail(j,
