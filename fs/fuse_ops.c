@@ -571,21 +571,32 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					       ? size
 					       : fh->text_len - (size_t)off);
 		return;
-	case FH_CTL:
-		/* The response of the last write, once. */
+	case FH_CTL: {
+		/* The response of the last write, once; taken out of the
+		 * handle before replying (see below).
+		 */
+		char *t = NULL;
+		size_t tl = 0;
+
 		pthread_mutex_lock(&fh->lock);
-		if (!fh->text) {
-			fuse_reply_buf(req, NULL, 0);
-		} else if (size < fh->text_len) {
-			fuse_reply_err(req, EMSGSIZE);
-		} else {
-			fuse_reply_buf(req, fh->text, fh->text_len);
-			free(fh->text);
+		if (fh->text && size >= fh->text_len) {
+			t = fh->text;
+			tl = fh->text_len;
 			fh->text = NULL;
 			fh->text_len = 0;
+		} else if (fh->text) {
+			tl = fh->text_len;
 		}
 		pthread_mutex_unlock(&fh->lock);
+		if (t)
+			fuse_reply_buf(req, t, tl);
+		else if (tl)
+			fuse_reply_err(req, EMSGSIZE);
+		else
+			fuse_reply_buf(req, NULL, 0);
+		free(t);
 		return;
+	}
 	case FH_WRITE:
 		fuse_reply_err(req, EBADF);
 		return;
@@ -603,18 +614,27 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_rc(req, rc);
 		return;
 	}
-	fuse_reply_buf(req, p, n);
+	/*
+	 * Nothing may touch the handle after the reply: the kernel can send
+	 * RELEASE, and free it, as soon as it has the data. The open handle
+	 * itself keeps the DRAM copy from being dropped (eviction skips open
+	 * blocks), so the in-flight count can end before the reply.
+	 */
 	kvfs_cache_read_end(fs->c, &r);
-	if (r.priv && r.priv != fh->r.priv) {
+	if (r.priv) {
 		pthread_mutex_lock(&fh->lock);
 		if (!fh->r.priv) {
 			fh->r.priv = r.priv;
 			fh->r.priv_len = r.priv_len;
 			r.priv = NULL;
+		} else if (fh->r.priv == r.priv) {
+			r.priv = NULL;
 		}
 		pthread_mutex_unlock(&fh->lock);
-		free(r.priv);
 	}
+	fuse_reply_buf(req, p, n);
+	/* A copy a concurrent read loaded first: ours served this reply. */
+	free(r.priv);
 }
 
 /*
