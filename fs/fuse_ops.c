@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ enum fh_kind {
 
 struct kvfs_fh {
 	enum fh_kind kind;
+	atomic_int refs;
 	pthread_mutex_t lock;        /* FH_WRITE: guards p, b, rc */
 	struct kvfs_reader r;        /* FH_READ */
 	struct kvfs_pending *p;      /* FH_WRITE before commit */
@@ -388,12 +390,13 @@ static struct kvfs_fh *fh_new(enum fh_kind kind)
 
 	if (fh) {
 		fh->kind = kind;
+		atomic_init(&fh->refs, 1);
 		pthread_mutex_init(&fh->lock, NULL);
 	}
 	return fh;
 }
 
-static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
+static void fh_destroy(struct kvfs_fs *fs, struct kvfs_fh *fh)
 {
 	switch (fh->kind) {
 	case FH_READ:
@@ -416,6 +419,12 @@ static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
 	}
 	pthread_mutex_destroy(&fh->lock);
 	free(fh);
+}
+
+static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
+{
+	if (atomic_fetch_sub(&fh->refs, 1) == 1)
+		fh_destroy(fs, fh);
 }
 
 static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
@@ -551,11 +560,23 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 /* ------------------------------------------------------------------- I/O */
 
+static void read_fh(fuse_req_t req, struct kvfs_fs *fs, struct kvfs_fh *fh,
+		    size_t size, off_t off);
+
 static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		      struct fuse_file_info *fi)
 {
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_fh *fh = fh_of(fi);
+
+	atomic_fetch_add(&fh->refs, 1);
+	read_fh(req, fs, fh, size, off);
+	fh_free(fs, fh);
+}
+
+static void read_fh(fuse_req_t req, struct kvfs_fs *fs, struct kvfs_fh *fh,
+		    size_t size, off_t off)
+{
 	struct kvfs_reader r;
 	const void *p;
 	size_t n;
