@@ -50,6 +50,13 @@ struct kvfs_ctl_session {
 	size_t n, cap;
 	struct region *rg;
 	size_t nrg, caprg;
+	/* FETCH_CHUNKS staging, kept between requests so that its pages are
+	 * faulted in once, not per request. Taken by try-lock; a concurrent
+	 * request on the same descriptor stages in its own buffer.
+	 */
+	pthread_mutex_t stage_lock; /* guards stage, stage_len */
+	uint8_t *stage;
+	size_t stage_len;
 	struct kvfs_ctl_session *next; /* c->ctl_lock */
 };
 
@@ -84,6 +91,7 @@ int kvfs_ctl_open(struct kvfs_cache *c, struct kvfs_ctl_session **out)
 		return -ENOMEM;
 	s->c = c;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->stage_lock, NULL);
 	pthread_mutex_lock(&c->ctl_lock);
 	s->next = c->sessions;
 	c->sessions = s;
@@ -189,6 +197,8 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s)
 	regions_drop_pid(s, -1);
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->stage_lock);
+	free(s->stage);
 	free(s->l);
 	free(s->rg);
 	free(s);
@@ -1145,6 +1155,7 @@ static int op_fetch_chunks(struct ctx *x)
 	uint32_t *sorted = NULL, *local = NULL;
 	size_t *bi = NULL;
 	uint8_t *stage = NULL;
+	bool own_stage = true;
 	uint64_t cb = 0, lo, total, region_off = 0;
 	uint32_t sp, nc = r->n_chunks;
 	bool pool = r->flags & KVFS_CTL_F_POOL;
@@ -1215,7 +1226,21 @@ static int op_fetch_chunks(struct ctx *x)
 	}
 	if (r->sync.shm_name[0] && sync_open(x, &sw))
 		goto out_region;
-	stage = malloc((size_t)sp * nc * cb);
+	size_t need = (size_t)sp * nc * cb;
+
+	if (pthread_mutex_trylock(&x->s->stage_lock) == 0) {
+		if (x->s->stage_len < need) {
+			free(x->s->stage);
+			x->s->stage = malloc(need);
+			x->s->stage_len = x->s->stage ? need : 0;
+		}
+		stage = x->s->stage;
+		own_stage = !stage;
+		if (!stage)
+			pthread_mutex_unlock(&x->s->stage_lock);
+	}
+	if (!stage)
+		stage = malloc(need);
 	pc = calloc((size_t)sp * nc, sizeof(*pc));
 	xf = calloc(nc, sizeof(*xf));
 	if (!stage || !pc || !xf) {
@@ -1333,7 +1358,10 @@ out_free:
 	free(bi);
 	free(local);
 	free(sorted);
-	free(stage);
+	if (own_stage)
+		free(stage);
+	else
+		pthread_mutex_unlock(&x->s->stage_lock);
 	free(pc);
 	free(xf);
 	return rc;

@@ -495,7 +495,8 @@ struct loader {
 static void *loader_main(void *arg)
 {
 	struct loader *l = arg;
-	uint8_t buf[sizeof(struct kvfs_ctl_resp) + 2 * sizeof(struct kvfs_ctl_block)];
+	uint8_t buf[sizeof(struct kvfs_ctl_resp) +
+		    2 * sizeof(struct kvfs_ctl_block)];
 	ssize_t n;
 
 	l->rc = 0;
@@ -827,7 +828,7 @@ out_free:
 
 struct row {
 	char sys[16];
-	uint32_t tokens, pf;
+	uint32_t tokens, pf, compute_us;
 	double budget, k;
 	double needed, wanted, read, st_read, ssd_reads, batches, pieces;
 	double pieces_spec, mem_hits, spec_hits, load_ns, stall_ns, wall_ns;
@@ -870,6 +871,7 @@ static void parse_line(const char *line)
 	r->tokens = (uint32_t)field(line, "tokens");
 	r->budget = field(line, "budget");
 	r->pf = (uint32_t)field(line, "pf");
+	r->compute_us = (uint32_t)field(line, "compute_us");
 	r->k = field(line, "k");
 	r->needed = field(line, "needed");
 	r->wanted = field(line, "wanted");
@@ -903,6 +905,9 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The compute time the rows agg() looks at (-1: any). */
+static int64_t cur_compute = -1;
+
 /* Median of member @off over the rows of one configuration. */
 static double agg(const char *sys, uint32_t tokens, double budget, int pf,
 		  size_t off)
@@ -915,6 +920,7 @@ static double agg(const char *sys, uint32_t tokens, double budget, int pf,
 
 		if (strcmp(r->sys, sys) || r->tokens != tokens ||
 		    (pf >= 0 && r->pf != (uint32_t)pf) ||
+		    (cur_compute >= 0 && r->compute_us != cur_compute) ||
 		    (budget >= 0 && fabs(r->budget - budget) > 1e-9))
 			continue;
 		v[n++] = *(const double *)((const uint8_t *)r + off);
@@ -934,11 +940,92 @@ static void summary_line(FILE *f, const char *label, double k, double b,
 		b > 0 ? k / b : 0, target);
 }
 
+/* "12.3" or "-" when not measured. */
+static const char *ms_str(char *buf, size_t len, double ns)
+{
+	if (isnan(ns))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f", ns / 1e6);
+	return buf;
+}
+
+/* [7c]: the engine's stall at compute time cur_compute. */
+static void table_stall(FILE *sf, const uint32_t *toks, int nt,
+			const double *budgets, int nb)
+{
+	const double mib = 1048576.0;
+
+	printf("\n[7c] engine stall with a simulated compute of %.1f ms per "
+	       "layer (ms waiting for KV over all\n     layers), without and "
+	       "with period prefetching; hit = spec_hits / pieces requested\n"
+	       "     after a speculating period; ovl = the sets' overlap; "
+	       "waste = speculative SSD bytes no request used\n",
+	       (double)cur_compute / 1000);
+	printf("  %-7s %-6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n", "prefix",
+	       "budget", "CKV", "CKV+pf", "IMP", "IMP+pf", "pf gain", "hit",
+	       "ovl", "waste MiB", "IMP/CKV+pf");
+	for (int t = 0; t < nt; t++)
+		for (int b = 0; b < nb; b++) {
+			double bu = budgets[b];
+			double sc = AGG("ckv", toks[t], bu, 0, stall_ns);
+			double scp = AGG("ckv", toks[t], bu, 1, stall_ns);
+			double si = AGG("impress", toks[t], bu, 0, stall_ns);
+			double sip = AGG("impress", toks[t], bu, 1, stall_ns);
+			double hit = AGG("ckv", toks[t], bu, 1, spec_hits) /
+				     AGG("ckv", toks[t], bu, 1, pieces_spec);
+			double ov = AGG("ckv", toks[t], bu, 1, overlap);
+			/* Speculative bytes (all from the SSD) less the
+			 * pieces requests then found there.
+			 */
+			double sx = AGG("ckv", toks[t], bu, 1, st_read) -
+				    AGG("ckv", toks[t], bu, 1, read) -
+				    AGG("ckv", toks[t], bu, 1, spec_hits) *
+					    AGG("ckv", toks[t], bu, 1, wanted) /
+					    AGG("ckv", toks[t], bu, 1, pieces);
+			char b1[32], b2[32], vs[32];
+
+			if (isnan(sc) || isnan(scp))
+				continue;
+			if (isnan(si))
+				snprintf(vs, sizeof(vs), "-");
+			else
+				snprintf(vs, sizeof(vs), "%.2fx", si / scp);
+			printf("  %-7u %5g%% %8.1f %8.1f %8s %8s %6.2fx "
+			       "%5.1f%% %5.1f%% %9.1f %9s\n", toks[t], bu,
+			       sc / 1e6, scp / 1e6, ms_str(b1, sizeof(b1), si),
+			       ms_str(b2, sizeof(b2), sip), sc / scp,
+			       100 * hit, 100 * ov, sx / mib, vs);
+			if (t == nt - 1 && (bu == 5 || bu == 25)) {
+				char l[96];
+
+				snprintf(l, sizeof(l), "[7c] stall %uK tok, "
+					 "%g%%, %gms (CKV+pf/%s)",
+					 toks[t] / 1024, bu,
+					 (double)cur_compute / 1000,
+					 isnan(si) ? "CKV" : "IMPRESS");
+				summary_line(sf, l, scp / 1e6,
+					     isnan(si) ? sc / 1e6 : si / 1e6,
+					     "ms", "-");
+			}
+		}
+}
+
+/* Add @v to the set @set of @n (at most @max) if it is new. */
+static void set_add(double *set, int *n, int max, double v)
+{
+	for (int i = 0; i < *n; i++)
+		if (set[i] == v)
+			return;
+	if (*n < max)
+		set[(*n)++] = v;
+}
+
 static int cmd_report(const char *results, const char *summ)
 {
-	static const double budgets[] = { 5, 10, 25, 50 };
+	double budgets[16], computes[8], tk[16];
 	uint32_t toks[16];
-	int nt = 0;
+	int nt = 0, nb = 0, ncomp = 0;
 	FILE *f = fopen(results, "r"), *sf = NULL;
 	char line[4096];
 	const double mib = 1048576.0;
@@ -952,16 +1039,24 @@ static int cmd_report(const char *results, const char *summ)
 		parse_line(line);
 	fclose(f);
 	for (int i = 0; i < n_rows; i++) {
-		int seen = 0;
-
 		if (strcmp(rows[i].sys, "ckv"))
 			continue;
-		for (int j = 0; j < nt; j++)
-			seen |= toks[j] == rows[i].tokens;
-		if (!seen && nt < 16)
-			toks[nt++] = rows[i].tokens;
+		set_add(tk, &nt, 16, rows[i].tokens);
+		set_add(budgets, &nb, 16, rows[i].budget);
+		set_add(computes, &ncomp, 8, rows[i].compute_us);
 	}
-	qsort(toks, (size_t)nt, sizeof(*toks), cmp_u32);
+	qsort(tk, (size_t)nt, sizeof(*tk), cmp_double);
+	qsort(budgets, (size_t)nb, sizeof(*budgets), cmp_double);
+	for (int t = 0; t < nt; t++)
+		toks[t] = (uint32_t)tk[t];
+	/* Bytes and load times come from the passes at the first compute
+	 * time of the run (the one every system ran at).
+	 */
+	for (int i = 0; i < n_rows; i++)
+		if (!strcmp(rows[i].sys, "impress")) {
+			cur_compute = rows[i].compute_us;
+			break;
+		}
 	if (summ)
 		sf = fopen(summ, "a");
 
@@ -971,8 +1066,7 @@ static int cmd_report(const char *results, const char *summ)
 	       "budget", "k", "needed", "CKV", "IMPRESS", "RA ckv", "RA imp",
 	       "I/O ratio", "less");
 	for (int t = 0; t < nt; t++)
-		for (size_t b = 0; b < sizeof(budgets) / sizeof(*budgets);
-		     b++) {
+		for (int b = 0; b < nb; b++) {
 			double bu = budgets[b];
 			double need = AGG("ckv", toks[t], bu, 0, needed);
 			double rc = AGG("ckv", toks[t], bu, 0, st_read);
@@ -992,7 +1086,7 @@ static int cmd_report(const char *results, const char *summ)
 					 "tok, %g%% (CKV/IMPRESS)",
 					 toks[t] / 1024, bu);
 				summary_line(sf, l, rc / mib, ri / mib, "MiB",
-					     "<=0.06 (paper 16x)");
+					     "-");
 			}
 		}
 
@@ -1001,8 +1095,7 @@ static int cmd_report(const char *results, const char *summ)
 	printf("  %-7s %-6s %9s %9s %8s %9s %9s\n", "prefix", "budget",
 	       "CKV", "IMPRESS", "speedup", "CKV GB/s", "IMP GB/s");
 	for (int t = 0; t < nt; t++)
-		for (size_t b = 0; b < sizeof(budgets) / sizeof(*budgets);
-		     b++) {
+		for (int b = 0; b < nb; b++) {
 			double bu = budgets[b];
 			double lc = AGG("ckv", toks[t], bu, 0, load_ns);
 			double li = AGG("impress", toks[t], bu, 0, load_ns);
@@ -1021,55 +1114,26 @@ static int cmd_report(const char *results, const char *summ)
 					 "tok, %g%% (CKV/IMPRESS)",
 					 toks[t] / 1024, bu);
 				summary_line(sf, l, lc / 1e6, li / 1e6, "ms",
-					     "<=0.26 (paper 3.85x)");
-			}
-		}
-
-	printf("\n[7c] engine stall with a simulated compute per layer "
-	       "(ms waiting for KV over all layers), without and with\n"
-	       "     period prefetching; hit = spec_hits / pieces requested "
-	       "after a speculating period; ovl = the sets' overlap\n");
-	printf("  %-7s %-6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n", "prefix",
-	       "budget", "CKV", "CKV+pf", "IMP", "IMP+pf", "pf gain", "hit",
-	       "ovl", "spec MiB", "vs IMP");
-	for (int t = 0; t < nt; t++)
-		for (size_t b = 0; b < sizeof(budgets) / sizeof(*budgets);
-		     b++) {
-			double bu = budgets[b];
-			double sc = AGG("ckv", toks[t], bu, 0, stall_ns);
-			double scp = AGG("ckv", toks[t], bu, 1, stall_ns);
-			double si = AGG("impress", toks[t], bu, 0, stall_ns);
-			double sip = AGG("impress", toks[t], bu, 1, stall_ns);
-			double hit = AGG("ckv", toks[t], bu, 1, spec_hits) /
-				     AGG("ckv", toks[t], bu, 1, pieces_spec);
-			double ov = AGG("ckv", toks[t], bu, 1, overlap);
-			double sx = AGG("ckv", toks[t], bu, 1, st_read) -
-				    AGG("ckv", toks[t], bu, 1, read);
-
-			if (isnan(sc) || isnan(scp))
-				continue;
-			printf("  %-7u %5g%% %8.1f %8.1f %8.1f %8.1f %6.2fx "
-			       "%5.1f%% %5.1f%% %9.1f %8.2fx\n", toks[t], bu,
-			       sc / 1e6, scp / 1e6, si / 1e6, sip / 1e6,
-			       sc / scp, 100 * hit, 100 * ov, sx / mib,
-			       si / scp);
-			if (t == nt - 1 && (bu == 5 || bu == 25)) {
-				char l[96];
-
-				snprintf(l, sizeof(l), "[7c] stall %uK tok, "
-					 "%g%% (CKV+pf/IMPRESS)",
-					 toks[t] / 1024, bu);
-				summary_line(sf, l, scp / 1e6, si / 1e6, "ms",
 					     "-");
 			}
 		}
+
+	qsort(computes, (size_t)ncomp, sizeof(*computes), cmp_double);
+	for (int ci = 0; ci < ncomp; ci++) {
+		int64_t main_compute = cur_compute;
+
+		cur_compute = (int64_t)computes[ci];
+		table_stall(sf, toks, nt, budgets, nb);
+		cur_compute = main_compute;
+	}
+	cur_compute = -1;
 
 	for (int t = 0; t < nt; t++) {
 		double w = AGG("full", toks[t], -1, 0, wanted);
 		double l = AGG("full", toks[t], -1, 0, load_ns);
 		double rd = AGG("full", toks[t], -1, 0, read);
 		double nr = AGG("full", toks[t], -1, 0, ssd_reads);
-		double nb = AGG("full", toks[t], -1, 0, batches);
+		double nbat = AGG("full", toks[t], -1, 0, batches);
 		double fb;
 
 		if (isnan(w))
@@ -1080,7 +1144,7 @@ static int cmd_report(const char *results, const char *summ)
 		       toks[t]);
 		printf("  kvfs: %.2f GB/s (%.0f MiB in %.1f ms; %.0f reads "
 		       "of %.0f KiB, %.1f a batch)\n", w / l,
-		       w / mib, l / 1e6, nr, rd / nr / 1024, nr / nb);
+		       w / mib, l / 1e6, nr, rd / nr / 1024, nr / nbat);
 		if (n_fio) {
 			printf("  fio:  %.2f GB/s (randread bs=%" PRIu64
 			       "K iodepth=%" PRIu64 ", median of %d)\n",
@@ -1204,7 +1268,9 @@ int main(int argc, char **argv)
 		case O_IMP: bad |= parse_u32(optarg, &o.imp_tok, 1); break;
 		case O_PERIOD: bad |= parse_u32(optarg, &o.period, 1); break;
 		case O_SP: bad |= parse_u32(optarg, &o.sp, 0); break;
-		case O_COMPUTE: bad |= parse_u32(optarg, &o.compute_us, 0); break;
+		case O_COMPUTE:
+			bad |= parse_u32(optarg, &o.compute_us, 0);
+			break;
 		case O_TOKENS: bad |= parse_u32(optarg, &o.n_tokens, 1); break;
 		case O_SUMMARY: o.summary = optarg; break;
 		default: bad = 1; break;

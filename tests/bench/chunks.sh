@@ -17,8 +17,15 @@
 #                             "4096 8192 16384"; multiples of 256)
 #   BENCH_CHUNKS_BUDGETS      budget ratios in % (default "5 10 25 50")
 #   BENCH_CHUNKS_REPS         passes per configuration (default 1)
-#   BENCH_CHUNKS_COMPUTE_US   simulated compute per layer (default 1000)
+#   BENCH_CHUNKS_COMPUTE_US   simulated compute per layer, every system
+#                             (default 1000)
+#   BENCH_CHUNKS_EXTRA_US     more compute times, ContiguousKV only, with
+#                             and without prefetching (default 5000; ""
+#                             for none)
 #   BENCH_CHUNKS_FULL_RUNS    full-layer kvfs/fio pairs (default 3)
+#   BENCH_CHUNKS_RESULTS      also append the raw result lines to this file
+#                             (`bench_chunks report FILE` tabulates the
+#                             medians of several runs)
 set -u
 export LC_ALL=C
 cd "$(dirname "$0")/../.." || exit 1
@@ -49,6 +56,7 @@ PREFIXES=${BENCH_CHUNKS_PREFIXES:-4096 8192 16384}
 BUDGETS=${BENCH_CHUNKS_BUDGETS:-5 10 25 50}
 REPS=${BENCH_CHUNKS_REPS:-1}
 COMPUTE_US=${BENCH_CHUNKS_COMPUTE_US:-1000}
+EXTRA_US=${BENCH_CHUNKS_EXTRA_US-5000}
 FULL_RUNS=${BENCH_CHUNKS_FULL_RUNS:-3}
 FIO=${FIO:-fio}
 
@@ -86,6 +94,22 @@ BGEOM=(--layers "$LAYERS" --kv-heads 4 --head-dim 128 --dtype-size 2
 	--chunk-tokens 16 --block-tokens 256 --impress-tokens 64
 	--period 8 --sub-period 4 --compute-us "$COMPUTE_US" --seed 42)
 
+# wait_exit PID: until PID has exited (at most 60 s). A zombie has: it
+# holds no file any more, and the reaper here may take seconds (tail --pid
+# would wait for that too).
+wait_exit() {
+	local st i
+
+	for ((i = 0; i < 6000; i++)); do
+		st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+		case $st in
+		'' | Z | X) return 0 ;;
+		esac
+		sleep 0.01
+	done
+	return 1
+}
+
 unmount() {
 	if mountpoint -q "$MNT" 2>/dev/null; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT"
@@ -94,7 +118,7 @@ unmount() {
 	fi
 	if [ -n "$KVFS_PID" ]; then
 		# The store is free once the daemon has exited.
-		timeout 60 tail --pid="$KVFS_PID" -f /dev/null
+		wait_exit "$KVFS_PID"
 		KVFS_PID=
 	fi
 }
@@ -103,13 +127,14 @@ unmount() {
 cleanup() {
 	local p
 
-	unmount
-	# bench_chunks unlinks its shm objects itself; these are left only
-	# when it was killed.
+	# A bench_chunks still running holds the control file open: stop it
+	# first so the unmount is not busy. It unlinks its shm objects
+	# itself; these are left only when it was killed.
 	for p in "${BC_PIDS[@]}"; do
-		kill "$p" 2>/dev/null
+		kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
 		rm -f /dev/shm/kvfs-bench-chunks-*-"$p"
 	done
+	unmount
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -219,7 +244,8 @@ for t in $PREFIXES; do
 	last=$(tail -n1 "$WORK/keys.$t")
 	for k in "$first" "$last"; do
 		tier=$(tier_of "$k")
-		[ "$tier" = ssd ] || die "block $k of prefix $t is on '$tier', not ssd"
+		[ "$tier" = ssd ] ||
+			die "block $k of prefix $t is on '$tier', not ssd"
 	done
 done
 echo "  tiers:   first and last block of every prefix: ssd"
@@ -228,31 +254,38 @@ echo "  tiers:   first and last block of every prefix: ssd"
 echo
 echo "sparse loads: every configuration on a fresh mount (empty chunk cache)"
 echo "  \$ bench_chunks pass \$MNT $NS --keys keys.N --system ckv|impress" \
-	"--budget B [--prefetch] ${BGEOM[*]}"
+	"--budget B [--prefetch] ${BGEOM[*]} [--compute-us T]"
+# one_pass SYS PREFIX BUDGET PF COMPUTE_US
+one_pass() {
+	local args=(pass "$MNT" "$NS" --keys "$WORK/keys.$2" --system "$1"
+		--budget "$3" "${BGEOM[@]}" --compute-us "$5")
+
+	[ "$4" = 1 ] && args+=(--prefetch)
+	remount
+	run_bc "$WORK/line" "${args[@]}" ||
+		die "bench_chunks pass failed ($1 $2 $3% pf=$4)"
+	cat "$WORK/line" >>"$RESULTS"
+	awk '{
+		for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		printf "  %-7s %5s tok %3s%% pf=%s %4.1f ms: read %7.1f MiB " \
+			"(%5d reads), load %7.1f ms, stall %7.1f ms\n",
+			v["sys"], v["tokens"], v["budget"], v["pf"],
+			v["compute_us"] / 1000, v["st_read"] / 1048576,
+			v["ssd_reads"], v["load_ns"] / 1e6, v["stall_ns"] / 1e6
+	}' "$WORK/line"
+}
+
 for ((rep = 1; rep <= REPS; rep++)); do
 	for t in $PREFIXES; do
 		for b in $BUDGETS; do
 			for pf in 0 1; do
 				for sys in ckv impress; do
-					args=(pass "$MNT" "$NS" --keys "$WORK/keys.$t"
-						--system "$sys" --budget "$b" "${BGEOM[@]}")
-					[ $pf = 1 ] && args+=(--prefetch)
-					remount
-					run_bc "$WORK/line" "${args[@]}" ||
-						die "bench_chunks pass failed ($sys $t $b% pf=$pf)"
-					line=$(cat "$WORK/line")
-					echo "$line" >>"$RESULTS"
-					awk -v l="$line" 'BEGIN {
-						n = split(l, f, " ")
-						for (i = 2; i <= n; i++) {
-							split(f[i], kv, "="); v[kv[1]] = kv[2]
-						}
-						printf "  %-7s %5s tok %3s%% pf=%s: read %7.1f MiB " \
-							"(%5d reads), load %7.1f ms, stall %7.1f ms\n",
-							v["sys"], v["tokens"], v["budget"], v["pf"],
-							v["st_read"] / 1048576, v["ssd_reads"],
-							v["load_ns"] / 1e6, v["stall_ns"] / 1e6
-					}'
+					one_pass $sys "$t" "$b" $pf "$COMPUTE_US"
+				done
+			done
+			for c in $EXTRA_US; do
+				for pf in 0 1; do
+					one_pass ckv "$t" "$b" $pf "$c"
 				done
 			done
 		done
@@ -304,6 +337,7 @@ echo "  \$ fio --name=chunks --filename=\$WORK/store/data.kvd --readonly" \
 	"--io_size=$bytes --runtime=30 --randrepeat=0"
 
 unmount
+[ -n "${BENCH_CHUNKS_RESULTS:-}" ] && cat "$RESULTS" >>"$BENCH_CHUNKS_RESULTS"
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
 "$BC" report "$RESULTS" --summary "$SUMMARY" || die "report failed"
