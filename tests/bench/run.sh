@@ -278,6 +278,14 @@ if [ -x "$BDIR/bench/bench_ctl" ]; then
 		--summary "$SUMMARY" || echo "    (no figure: bench_ctl failed)"
 fi
 
+# --- 7. ContiguousKV (its own store and mount) -----------------------------
+if [ -x "$BDIR/bench/bench_chunks" ]; then
+	echo
+	echo "[7] ContiguousKV: chunk-granular loads against 64-token chunks, and fio"
+	BUILD=$BUILD tests/bench/chunks.sh --summary "$SUMMARY" ||
+		echo "    (no figure: chunks.sh failed)"
+fi
+
 # --- summary ------------------------------------------------------------
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
