@@ -100,6 +100,13 @@ struct kvfs_chunk_state {
 	double scale;         /* 2^(ticks / halflife) */
 	struct ccrc_todo *todo;
 
+	/* The SSD reads' buffer, kept between requests so its pages are
+	 * faulted in once; a concurrent request allocates its own.
+	 */
+	pthread_mutex_t scratch_lock; /* guards scratch, scratch_len */
+	uint8_t *scratch;
+	size_t scratch_len;
+
 	atomic_uint_least64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
 	atomic_uint_least64_t spec_loaded, spec_used, evictions, demotions;
 };
@@ -975,11 +982,25 @@ static int check_whole(struct kvfs_cache *c, struct bw *w, const void *img)
  * 4 KiB-rounded ranges; each piece checked by its CRC (or its block's
  * image by the block CRC), copied out, and queued in @ins for the cache.
  */
+/* Give back an SSD read buffer: the shared scratch is unlocked, any other
+ * freed. NULL is a no-op.
+ */
+static void buf_release(struct kvfs_chunk_state *st, void *buf)
+{
+	if (!buf)
+		return;
+	if (buf == st->scratch)
+		pthread_mutex_unlock(&st->scratch_lock);
+	else
+		free(buf);
+}
+
 static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
 		    bool spec, struct ins *ins, size_t *nins, void **bufp,
 		    struct kvfs_chunk_result *res)
 {
+	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
 	struct rng *r = NULL;
 	struct kvfs_tier_io *io = NULL;
@@ -1052,8 +1073,28 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	io = calloc(nr, sizeof(*io));
 	ex = calloc(nr, sizeof(*ex));
-	if (!io || !ex || posix_memalign((void **)&buf, KVFS_FMT_ALIGN,
-					 (size_t)total)) {
+	if (!io || !ex) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	if (pthread_mutex_trylock(&st->scratch_lock) == 0) {
+		if (st->scratch_len < total) {
+			free(st->scratch);
+			st->scratch_len = 0;
+			if (posix_memalign((void **)&st->scratch,
+					   KVFS_FMT_ALIGN, (size_t)total))
+				st->scratch = NULL;
+			else
+				st->scratch_len = (size_t)total;
+		}
+		if (st->scratch) {
+			buf = st->scratch;
+		} else {
+			pthread_mutex_unlock(&st->scratch_lock);
+		}
+	}
+	if (!buf && posix_memalign((void **)&buf, KVFS_FMT_ALIGN,
+				   (size_t)total)) {
 		buf = NULL;
 		rc = -ENOMEM;
 		goto out_free;
@@ -1129,7 +1170,7 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	*bufp = buf;
 	buf = NULL;
 out_free:
-	free(buf);
+	buf_release(st, buf);
 	free(io);
 	free(ex);
 	free(r);
@@ -1421,7 +1462,7 @@ int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		}
 	rc = read_ssd(c, p, pw, n, bw, nb, spec, ins, &nins, &buf, res);
 	cache_insert(c, ins, nins);
-	free(buf);
+	buf_release(st, buf);
 
 	for (size_t i = 0; i < n; i++) {
 		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)
@@ -1745,6 +1786,7 @@ int kvfs_chunk_init(struct kvfs_cache *c)
 	if (!st)
 		return -ENOMEM;
 	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->scratch_lock, NULL);
 	st->cap[CSET_DRAM] = c->conf.chunk_dram;
 	st->cap[CSET_GPU] = gpu && c->gops ? c->conf.chunk_gpu : 0;
 	if (c->conf.chunk_gpu && !st->cap[CSET_GPU])
@@ -1789,6 +1831,8 @@ void kvfs_chunk_release(struct kvfs_cache *c)
 		free(st->heap[k].v);
 	todo_free(st->todo);
 	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->scratch_lock);
+	free(st->scratch);
 	free(st);
 	c->chunks = NULL;
 }

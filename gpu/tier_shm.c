@@ -207,8 +207,11 @@ static int shm_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 		err = -ENOMEM;
 		goto out_close_fd;
 	}
-	mem = mmap(NULL, (size_t)m->size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		   fd, 0);
+	/* Populated at once: a fetch writes all of it, and one call is far
+	 * cheaper than a page fault per 4 KiB.
+	 */
+	mem = mmap(NULL, (size_t)m->size, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (mem == MAP_FAILED) {
 		err = -errno;
 		kvfs_err("shm: peer %s: mmap of %" PRIu64 " bytes: %s",
