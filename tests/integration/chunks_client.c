@@ -33,6 +33,7 @@
 
 #include "fs/kvfs_ctl.h"
 #include "meta/fmt.h"
+#include "shm_region_i.h"
 
 #define NBLK 3
 #define NCHUNK 11
@@ -122,33 +123,6 @@ static const uint8_t *expect(const struct prefix *p, uint32_t l, uint32_t j)
 
 /* ----------------------------------------------------------- requests */
 
-struct shm_region {
-	char name[64];
-	uint8_t *p;
-	size_t len;
-};
-
-static void shm_make(struct shm_region *r, const char *tag, size_t len)
-{
-	int fd;
-
-	snprintf(r->name, sizeof(r->name), "/kvfs-tchunks-%s-%d", tag,
-		 (int)getpid());
-	shm_unlink(r->name);
-	fd = shm_open(r->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)len), 0);
-	r->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	assert_true(r->p != MAP_FAILED);
-	r->len = len;
-}
-
-static void shm_drop(struct shm_region *r)
-{
-	munmap(r->p, r->len);
-	shm_unlink(r->name);
-}
 
 static struct shm_region peer, sync_w;
 
@@ -453,8 +427,8 @@ int main(int argc, char **argv)
 		prefix_make(&pf[i], 10 + i, write_files);
 	if (write_files)
 		return 0;
-	shm_make(&peer, "peer", 4 * NCHUNK * 64 * 1024);
-	shm_make(&sync_w, "sync", 4096);
+	shm_make(&peer, "chunks-peer", 4 * NCHUNK * 64 * 1024);
+	shm_make(&sync_w, "chunks-sync", 4096);
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
 	shm_drop(&peer);
 	shm_drop(&sync_w);

@@ -30,6 +30,7 @@
 
 #include "fs/kvfs_ctl.h"
 #include "meta/fmt.h"
+#include "shm_region_i.h"
 
 static const char *mnt, *ns;
 static char ctl_path[4096];
@@ -397,33 +398,6 @@ static void test_concurrent_fetchers_one_copy(void **state)
 
 /* ---------------------------------------------------------- FETCH_INTO */
 
-struct shm_region {
-	char name[64];
-	uint8_t *p;
-	size_t len;
-};
-
-static void shm_make(struct shm_region *r, const char *tag, size_t len)
-{
-	int fd;
-
-	snprintf(r->name, sizeof(r->name), "/kvfs-test-%s-%d", tag,
-		 (int)getpid());
-	shm_unlink(r->name);
-	fd = shm_open(r->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)len), 0);
-	r->p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	assert_true(r->p != MAP_FAILED);
-	r->len = len;
-}
-
-static void shm_drop(struct shm_region *r)
-{
-	munmap(r->p, r->len);
-	shm_unlink(r->name);
-}
 
 struct waiter {
 	volatile uint32_t *word;
