@@ -371,6 +371,12 @@ void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 	f = atomic_fetch_or(&b->flags, KVFS_B_FREED);
 	if (f & KVFS_B_FREED)
 		return;
+	if (b->kind == KVFS_KIND_HIDDEN) {
+		atomic_fetch_sub(&c->st_hidden_blocks, 1);
+		atomic_fetch_sub(&c->st_hidden_stored, b->ssize);
+		atomic_fetch_sub(&c->st_hidden_kv, b->size);
+		atomic_fetch_sub(&b->ns->hc.hidden_blocks, 1);
+	}
 	pthread_mutex_lock(&b->lock);
 	dx = b->dram;
 	sx = b->ssd;
@@ -414,6 +420,8 @@ void kvfs_block_info(struct kvfs_block *b, struct kvfs_block_info *out)
 	memset(out, 0, sizeof(*out));
 	out->ino = b->ino;
 	out->size = b->size;
+	out->stored_size = b->ssize;
+	out->stored_kind = b->kind;
 	out->created = b->created;
 	out->last_access = atomic_load(&b->last_access);
 	out->hits = atomic_load(&b->hits);
@@ -440,7 +448,7 @@ void kvfs_cache_record_fill(struct kvfs_block *b, struct kvfs_meta_blk *r)
 	memcpy(r->parent, b->parent_key, KVFS_KEY_LEN);
 	r->n_tokens = b->n_tokens;
 	r->hdr_crc = b->hdr_crc;
-	r->size = b->size;
+	r->size = b->ssize;
 	r->ssd_off = b->ssd.off;
 	r->ssd_len = b->ssd.len;
 	r->start_pos = b->start_pos;
@@ -749,13 +757,26 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	struct kvfs_block *b = NULL, *parent = NULL;
 	struct kvfs_extent ext = { 0 };
 	char hex[KVFS_KEY_HEX_LEN + 1];
+	struct kvfs_hc_ns *hc = &p->ns->hc;
 	enum kvfs_fmt_err fe;
+	bool convert = false;
+	uint64_t ssize;
 	int rc;
 
 	kvfs_fmt_key_hex(p->key, hex);
 	pthread_mutex_lock(&p->lock);
+	if (p->size >= KVFS_FMT_HDR_SIZE &&
+	    kvfs_img_kind(p->buf) == KVFS_KIND_HIDDEN && !hc->rst) {
+		pthread_mutex_unlock(&p->lock);
+		kvfs_warn("ns %s: block %s.kv rejected: a HIDDEN-kind block "
+			  "needs a namespace with weights (hidden-state "
+			  "restoration, docs/hcache.md)", p->ns->rec.name, hex);
+		rc = -EINVAL;
+		goto out_reject;
+	}
 	fe = kvfs_fmt_validate(p->buf, p->size, &p->ns->geom, p->key,
-			       p->ns->rec.root, 0, &h);
+			       p->ns->rec.root,
+			       hc->rst ? KVFS_FMT_ALLOW_HIDDEN : 0, &h);
 	pthread_mutex_unlock(&p->lock);
 	if (fe != KVFS_FMT_OK) {
 		kvfs_warn("ns %s: block %s.kv rejected (%" PRIu64
@@ -768,15 +789,46 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	if (rc)
 		goto out_reject;
 
-	rc = kvfs_dram_reserve(c, p->size, &ext);
+	/* Hidden states the namespace does not keep are restored once,
+	 * here, and stored as the KV block they stand for.
+	 */
+	convert = h.kind == KVFS_KIND_HIDDEN && !hc->keep_hidden;
+	ssize = convert ? kvfs_fmt_file_size(&p->ns->geom, KVFS_KIND_KV,
+					     h.n_tokens) :
+			  p->size;
+	rc = kvfs_dram_reserve(c, ssize, &ext);
 	if (rc) {
 		kvfs_warn("ns %s: block %s.kv refused: DRAM tier full and "
 			  "nothing evictable", p->ns->rec.name, hex);
 		goto out_put_parent;
 	}
-	memcpy(ext.ptr, p->buf, p->size);
-	/* O_DIRECT writes the whole extent: the tail must be zeros. */
-	memset((uint8_t *)ext.ptr + p->size, 0, ext.len - p->size);
+	if (convert) {
+		uint64_t t0 = kvfs_util_now_mono();
+
+		rc = kvfs_rpool_build(p->ns, NULL, p->buf, p->size, ext.ptr,
+				      ext.len);
+		fe = rc ? KVFS_FMT_OK :
+			  kvfs_fmt_validate(ext.ptr, ssize, &p->ns->geom,
+					    p->key, p->ns->rec.root, 0, &h);
+		if (!rc && fe != KVFS_FMT_OK)
+			rc = -EIO;
+		if (rc) {
+			kvfs_err("ns %s: block %s.kv refused: restoring its "
+				 "hidden states to K and V failed (%s)",
+				 p->ns->rec.name, hex,
+				 fe != KVFS_FMT_OK ? kvfs_fmt_strerror(fe) :
+						     strerror(-rc));
+			atomic_fetch_add(&c->st_restore_errors, 1);
+			goto out_free_ext;
+		}
+		atomic_fetch_add(&c->st_converted, 1);
+		atomic_fetch_add(&hc->converted, 1);
+		atomic_fetch_add(&c->st_restore_ns, kvfs_util_now_mono() - t0);
+	} else {
+		memcpy(ext.ptr, p->buf, p->size);
+		/* O_DIRECT writes the whole extent: the tail must be zeros. */
+		memset((uint8_t *)ext.ptr + p->size, 0, ext.len - p->size);
+	}
 
 	b = kvfs_block_alloc(p->ns);
 	if (!b) {
@@ -789,9 +841,13 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	parent = NULL;
 	b->pn.depth = (uint32_t)(h.start_pos / p->ns->geom.block_tokens);
 	b->pn.tokens = h.n_tokens;
-	b->pn.size = p->size;
+	b->pn.size = ssize;
 	b->ino = p->ino;
-	b->size = p->size;
+	b->ssize = ssize;
+	b->size = h.kind == KVFS_KIND_HIDDEN ?
+			  kvfs_fmt_file_size(&p->ns->geom, KVFS_KIND_KV,
+					     h.n_tokens) :
+			  ssize;
 	b->start_pos = h.start_pos;
 	b->created = kvfs_util_now_real();
 	b->n_tokens = h.n_tokens;
@@ -828,7 +884,13 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		goto out_abandon;
 	}
 	kvfs_ns_add(p->ns, b);
-	atomic_fetch_add(&dram->st.bytes_written, b->size);
+	atomic_fetch_add(&dram->st.bytes_written, b->ssize);
+	if (b->kind == KVFS_KIND_HIDDEN) {
+		atomic_fetch_add(&c->st_hidden_blocks, 1);
+		atomic_fetch_add(&c->st_hidden_stored, b->ssize);
+		atomic_fetch_add(&c->st_hidden_kv, b->size);
+		atomic_fetch_add(&hc->hidden_blocks, 1);
+	}
 
 	pthread_mutex_lock(&c->policy_lock);
 	struct kvfs_paccess a = { .now = b->created };
@@ -938,7 +1000,7 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 	struct kvfs_fmt_hdr h;
 	enum kvfs_fmt_err fe;
 
-	fe = kvfs_fmt_validate(buf, b->size, &b->ns->geom, b->pn.key,
+	fe = kvfs_fmt_validate(buf, b->ssize, &b->ns->geom, b->pn.key,
 			       b->ns->rec.root, KVFS_FMT_ALLOW_HIDDEN, &h);
 	if (fe == KVFS_FMT_OK && h.hdr_crc == b->hdr_crc)
 		return 0;
@@ -1021,6 +1083,11 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
 	pthread_mutex_unlock(&c->policy_lock);
 	atomic_fetch_add(&dram->st.blocks, 1);
+	/* Promoted (or prefetched) hidden states are restored before a
+	 * reader asks: the read then finds the KV image in DRAM.
+	 */
+	if (mode == KVFS_LOAD_MOVE && b->kind == KVFS_KIND_HIDDEN)
+		kvfs_rpool_ahead(c, b);
 	return 0;
 
 out_free:
@@ -1029,6 +1096,24 @@ out_free:
 	else
 		free(buf);
 	return rc;
+}
+
+/*
+ * The published DRAM copy of @b if readers may be served from it, with
+ * @b->readers counted; NULL (not counted) otherwise.  A block stored as
+ * hidden states is served only once its DRAM copy is the KV image.
+ */
+static uint8_t *dram_servable(struct kvfs_block *b)
+{
+	uint8_t *base;
+
+	atomic_fetch_add(&b->readers, 1);
+	base = atomic_load(&b->dram_ptr);
+	if (base && (b->kind != KVFS_KIND_HIDDEN ||
+		     kvfs_img_kind(base) == KVFS_KIND_KV))
+		return base;
+	atomic_fetch_sub(&b->readers, 1);
+	return NULL;
 }
 
 int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
@@ -1056,13 +1141,18 @@ int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 		/* Hot path: no lock. Count ourselves first, then look; the
 		 * evictor unpublishes first, then checks the count.
 		 */
-		atomic_fetch_add(&b->readers, 1);
-		base = atomic_load(&b->dram_ptr);
+		base = dram_servable(b);
 		if (base) {
 			r->in_dram = true;
 			break;
 		}
-		atomic_fetch_sub(&b->readers, 1);
+		if (b->kind == KVFS_KIND_HIDDEN) {
+			/* Never the stored bytes: wait for the KV image. */
+			rc = kvfs_rpool_wait(c, b, &r->priv, &r->priv_len);
+			if (rc)
+				return rc;
+			continue;
+		}
 		pthread_mutex_lock(&b->io_lock);
 		rc = atomic_load(&b->dram_ptr)
 			     ? 0
@@ -1298,6 +1388,7 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", c->ns[i].rec.name,
 			kvfs_ns_nblocks(&c->ns[i]));
 #undef CS
+	kvfs_rpool_stats(c, f);
 	if (fclose(f)) {
 		free(s);
 		return -ENOMEM;

@@ -106,7 +106,9 @@ void kvfs_cache_put(struct kvfs_cache *c, struct kvfs_block *b);
 /* Read-only facts of a block (valid while a reference is held). */
 struct kvfs_block_info {
 	uint64_t ino;
-	uint64_t size;
+	uint64_t size;        /* the file's size: the KV-kind file it reads as */
+	uint64_t stored_size; /* bytes stored (differs for hidden states) */
+	uint16_t stored_kind; /* enum kvfs_fmt_kind of what is stored */
 	uint64_t created; /* ns */
 	uint64_t last_access; /* ns */
 	uint64_t hits;
@@ -149,8 +151,12 @@ uint64_t kvfs_pending_size(const struct kvfs_pending *p);
  * kvfs_cache_commit() - validate and publish a pending file. Consumes @p
  * whatever the result (a failed block is not stored). On success *out
  * gets a referenced block.
- * Errors: -EINVAL / -EBADMSG (validation; the log names the check),
- * -EEXIST (committed meanwhile), -ENOSPC (nothing evictable).
+ * A HIDDEN-kind block needs a namespace with weights; it is stored as
+ * written, or restored here and stored as the KV block it stands for,
+ * as the namespace's store_as decides (docs/hcache.md).
+ * Errors: -EINVAL / -EBADMSG (validation, or HIDDEN without weights; the
+ * log names the check), -EEXIST (committed meanwhile), -ENOSPC (nothing
+ * evictable), -EIO / -ENOMEM (the restoration at commit failed).
  */
 int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		      struct kvfs_block **out);
@@ -185,8 +191,12 @@ void kvfs_cache_reader_release(struct kvfs_cache *c, struct kvfs_reader *r);
 /*
  * kvfs_cache_read_begin() - bytes [off, off+len) of the block, clamped to
  * its size, as a pointer valid until kvfs_cache_read_end(). Loads from the
- * SSD (io_uring, O_DIRECT, checksums verified) when not in DRAM.
- * Errors: -EIO (read failed), -EBADMSG (checksum mismatch: never served).
+ * SSD (io_uring, O_DIRECT, checksums verified) when not in DRAM.  A block
+ * stored as hidden states reads as the KV-kind file its restoration
+ * produces: the call waits for the restoration threads (one restoration
+ * per block however many readers) and never serves the stored bytes.
+ * Errors: -EIO (read failed, or hidden states without weights),
+ * -EBADMSG (checksum mismatch: never served), -ENOMEM.
  */
 int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 			  uint64_t off, size_t len, const void **ptr,

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cache/cache.h"
 #include "cache/policy.h"
@@ -18,8 +19,27 @@
 #include "meta/meta.h"
 #include "meta/store.h"
 #include "gpu/gpu.h"
+#include "gpu/hsched.h"
+#include "gpu/restore.h"
 
 #define KVFS_SHARDS 64
+
+/*
+ * Hidden-state restoration of one namespace (restore_pool.c).  Set up by
+ * kvfs_rpool_start() before the mount serves requests and immutable after
+ * that, except the atomics.
+ */
+struct kvfs_hc_ns {
+	struct kvfs_restore *rst; /* NULL: no weights, HIDDEN writes refused */
+	bool keep_hidden;         /* HIDDEN writes stored as written */
+	bool planned;             /* prof and plan[DRAM, SSD] are valid */
+	bool ssd_profiled;        /* plan[SSD] is valid */
+	struct kvfs_hsched_profile prof; /* seconds per layer */
+	struct kvfs_hsched_plan plan[KVFS_NTIERS];
+	atomic_uint_least64_t hidden_blocks; /* stored as hidden now */
+	atomic_uint_least64_t restored;      /* restorations for reads */
+	atomic_uint_least64_t converted;     /* HIDDEN writes stored as KV */
+};
 
 struct kvfs_ns {
 	struct kvfs_cache *c;
@@ -30,6 +50,7 @@ struct kvfs_ns {
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* committed, sorted by ino */
 	size_t n, cap;
+	struct kvfs_hc_ns hc;    /* see above */
 };
 
 enum kvfs_bflag {
@@ -44,12 +65,19 @@ struct kvfs_block {
 	struct kvfs_pnode pn;   /* c->policy_lock (pn.key etc. immutable) */
 	struct kvfs_ns *ns;     /* immutable */
 	uint64_t ino;           /* immutable */
-	uint64_t size;          /* immutable */
+	/* Immutable.  size is the file everyone sees (stat, read, FETCH,
+	 * the device pool): for a block stored as hidden states it is the
+	 * KV-kind file restoration produces.  ssize is the stored image
+	 * (the record's size, what the SSD extent holds, what write-back
+	 * writes); the two differ only when kind is HIDDEN.
+	 */
+	uint64_t size;
+	uint64_t ssize;
 	uint64_t start_pos;     /* immutable */
 	uint64_t created;       /* immutable */
 	uint32_t n_tokens;      /* immutable */
 	uint32_t hdr_crc;       /* immutable */
-	uint16_t kind;          /* immutable */
+	uint16_t kind;          /* immutable: the stored form */
 	uint8_t parent_key[KVFS_KEY_LEN]; /* immutable */
 	struct kvfs_block *parent; /* immutable; holds a reference */
 
@@ -60,7 +88,12 @@ struct kvfs_block {
 	atomic_uint pins;       /* enum kvfs_tier_bit */
 	atomic_uint tiers;      /* enum kvfs_tier_bit; changed under b->lock */
 	atomic_uint category;
-	_Atomic(void *) dram_ptr; /* published DRAM copy, or NULL */
+	/* Published DRAM copy, or NULL.  For a block stored as hidden
+	 * states it is the stored image until a restoration replaces it
+	 * with the KV image it serves (restore_pool.c); the image's own
+	 * header kind tells which.
+	 */
+	_Atomic(void *) dram_ptr;
 	atomic_uint_least64_t hits, last_access;
 
 	pthread_mutex_t lock;   /* guards dram, ssd, flag transitions */
@@ -148,6 +181,7 @@ struct kvfs_cache {
 	bool mv_started;
 
 	struct kvfs_chunk_state *chunks; /* chunk.c: the chunk cache */
+	struct kvfs_rpool *rpool;        /* restore_pool.c */
 	pthread_mutex_t bg_lock;  /* guards bg_jobs */
 	pthread_cond_t bg_cond;   /* bg_jobs reached 0 */
 	unsigned bg_jobs;         /* detached prefetch threads running */
@@ -163,6 +197,18 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_lookups_missing;
 	atomic_uint_least64_t st_discards, st_promoted, st_demoted;
 	atomic_uint_least64_t st_promote_passes;
+	/* hidden-state restoration (restore_pool.c) */
+	atomic_uint_least64_t st_hidden_blocks;    /* stored as hidden now */
+	atomic_uint_least64_t st_hidden_stored;    /* their stored bytes */
+	atomic_uint_least64_t st_hidden_kv;        /* their KV file bytes */
+	atomic_uint_least64_t st_restores;         /* for reads and ahead */
+	atomic_uint_least64_t st_restore_ns;       /* time in them */
+	atomic_uint_least64_t st_restore_waits;    /* reads that waited */
+	atomic_uint_least64_t st_restore_joined;   /* ... on a job under way */
+	atomic_uint_least64_t st_restore_ahead;    /* submitted ahead of need */
+	atomic_uint_least64_t st_restore_private;  /* results kept out of DRAM */
+	atomic_uint_least64_t st_restore_errors;
+	atomic_uint_least64_t st_converted;        /* HIDDEN writes made KV */
 };
 
 /* cache.c */
@@ -203,6 +249,51 @@ uint64_t kvfs_block_payload_off(const struct kvfs_block *b);
  */
 void kvfs_bg_begin(struct kvfs_cache *c);
 void kvfs_bg_end(struct kvfs_cache *c);
+
+/* restore_pool.c: hidden-state restoration (docs/hcache.md).
+ *
+ * kvfs_rpool_start() - load the checkpoint of every namespace whose config
+ *   has weights (a bad one refuses the start, naming the tensor), profile
+ *   and plan it, decide what HIDDEN writes are stored as, and start the
+ *   restoration threads (none under KVFS_CACHE_NOTHREADS).  Namespaces
+ *   must be set up and the tiers open.  0 or -errno (logged).
+ * kvfs_rpool_stop() - finish the jobs readers wait for, drop the others,
+ *   join the threads.  Later waits restore in the caller's thread.
+ * kvfs_rpool_free() - stop, then free the checkpoints.  NULL pool is ok.
+ * kvfs_rpool_wait() - for a read of @b (kind HIDDEN, held by an open):
+ *   submit its restoration or join the one under way, and wait.  Returns
+ *   0 when the DRAM copy now is (or was) the KV image (the caller looks
+ *   again), or 0 with *@priv set to a private KV image (malloc'd, the
+ *   reader's to free) when the result could not be kept in DRAM;
+ *   -EIO (no weights, logged), -ENOMEM, or the load's error.  Takes no
+ *   engine lock on entry; must not be called under one.
+ * kvfs_rpool_ahead() - submit @b's restoration without waiting (promotion,
+ *   PREFETCH); a no-op for other kinds, without threads, or when a job
+ *   for @b exists.  May be called under b->io_lock.
+ * kvfs_rpool_build() - build the KV file image of a verified HIDDEN image
+ *   @h (@h_len bytes) of @ns into @dst (@dst_len >= its size; the tail is
+ *   zeroed): header with kind KV and the same key, parent, tokens and
+ *   start_pos, both CRCs.  @ws may be NULL.  0, -EINVAL, -ENOMEM.
+ * kvfs_rpool_stats() - the restoration lines of .kvfs/stats.
+ */
+struct kvfs_rpool;
+int kvfs_rpool_start(struct kvfs_cache *c);
+void kvfs_rpool_stop(struct kvfs_cache *c);
+void kvfs_rpool_free(struct kvfs_cache *c);
+int kvfs_rpool_wait(struct kvfs_cache *c, struct kvfs_block *b, void **priv,
+		    uint64_t *priv_len);
+void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b);
+int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
+		     const uint8_t *h, uint64_t h_len, uint8_t *dst,
+		     uint64_t dst_len);
+void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f);
+/* The block-file kind in an image's header. */
+static inline uint16_t kvfs_img_kind(const void *img)
+{
+	const uint8_t *p = img;
+
+	return (uint16_t)(p[10] | p[11] << 8);
+}
 
 /* cache_wb.c */
 int kvfs_wb_start(struct kvfs_cache *c);

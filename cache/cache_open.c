@@ -87,6 +87,19 @@ static int ns_compare(const struct kvfs_conf_ns *cn,
 	return -EINVAL;
 }
 
+static const char *store_as_name(uint32_t v)
+{
+	switch (v) {
+	case KVFS_STORE_KV:
+		return "kv";
+	case KVFS_STORE_HIDDEN:
+		return "hidden";
+	case KVFS_STORE_AUTO:
+		return "auto";
+	}
+	return "unknown";
+}
+
 static int setup_namespaces(struct kvfs_cache *c)
 {
 	struct ns_list stored = { 0 };
@@ -122,7 +135,29 @@ static int setup_namespaces(struct kvfs_cache *c)
 			rc = ns_compare(cn, &stored.v[i]);
 			if (rc)
 				goto out_abort;
+			/* store_as only governs blocks written from now on:
+			 * each record says what it holds.
+			 */
+			if (cn->hc.store_as != stored.v[i].store_as) {
+				kvfs_info("namespace %s: store_as changes from "
+					  "%s to %s; stored blocks keep their "
+					  "form", cn->name,
+					  store_as_name(stored.v[i].store_as),
+					  store_as_name(cn->hc.store_as));
+				stored.v[i].store_as = cn->hc.store_as;
+				rc = kvfs_meta_ns_put(t, &stored.v[i]);
+				if (rc)
+					goto out_abort;
+				dirty = true;
+			}
 		} else {
+			if (stored.v[i].store_as > KVFS_STORE_AUTO) {
+				kvfs_warn("namespace %s: stored store_as %u is "
+					  "unknown; it has no weights here, so "
+					  "HIDDEN writes are refused anyway",
+					  stored.v[i].name,
+					  stored.v[i].store_as);
+			}
 			kvfs_info("namespace %s is stored but not in the "
 				  "config: kept, with its stored geometry",
 				  stored.v[i].name);
@@ -148,6 +183,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 		r->hidden_size = cn->geom.hidden_size;
 		r->block_tokens = cn->geom.block_tokens;
 		r->chunk_tokens = cn->geom.chunk_tokens;
+		r->store_as = cn->hc.store_as;
 		snprintf(r->name, sizeof(r->name), "%s", cn->name);
 		snprintf(r->salt, sizeof(r->salt), "%s", cn->salt);
 		kvfs_fmt_root_key(r->name, r->salt, r->root);
@@ -351,6 +387,8 @@ static int recover_blocks(struct kvfs_cache *c)
 				ns = &c->ns[j];
 		if (!ns || !r->ssd_len || r->size > r->ssd_len ||
 		    r->ino < KVFS_INO_BLOCK_BASE ||
+		    (r->kind != KVFS_KIND_KV &&
+		     (r->kind != KVFS_KIND_HIDDEN || !ns->geom.hidden_size)) ||
 		    ssd->ops->claim(ssd, &e)) {
 			kvfs_err("block record %s is inconsistent (namespace "
 				 "%u, extent %" PRIu64 "+%" PRIu64
@@ -370,7 +408,11 @@ static int recover_blocks(struct kvfs_cache *c)
 		b->pn.size = r->size;
 		b->pn.category = (uint16_t)r->category;
 		b->ino = r->ino;
-		b->size = r->size;
+		b->ssize = r->size;
+		b->size = r->kind == KVFS_KIND_HIDDEN ?
+				  kvfs_fmt_file_size(&ns->geom, KVFS_KIND_KV,
+						     r->n_tokens) :
+				  r->size;
 		b->start_pos = r->start_pos;
 		b->created = r->created;
 		b->n_tokens = r->n_tokens;
@@ -393,6 +435,12 @@ static int recover_blocks(struct kvfs_cache *c)
 			continue;
 		}
 		kvfs_ns_add(ns, b);
+		if (b->kind == KVFS_KIND_HIDDEN) {
+			atomic_fetch_add(&c->st_hidden_blocks, 1);
+			atomic_fetch_add(&c->st_hidden_stored, b->ssize);
+			atomic_fetch_add(&c->st_hidden_kv, b->size);
+			atomic_fetch_add(&ns->hc.hidden_blocks, 1);
+		}
 		struct kvfs_paccess a = { .now = r->last_access };
 		kvfs_policy_insert(c->policy, KVFS_TIER_SSD, &b->pn, &a);
 		atomic_fetch_add(&ssd->st.blocks, 1);
@@ -419,6 +467,15 @@ static int recover_blocks(struct kvfs_cache *c)
 	atomic_store(&c->next_ino, max_ino);
 	kvfs_info("recovered %zu blocks from the metadata (%zu skipped, %zu "
 		  "damaged records)", loaded, skipped, l.bad);
+	for (size_t j = 0; j < c->n_ns; j++)
+		if (atomic_load(&c->ns[j].hc.hidden_blocks) &&
+		    !c->ns[j].hc.rst)
+			kvfs_warn("namespace %s holds %" PRIu64 " blocks stored "
+				  "as hidden states but has no weights: reads "
+				  "of them fail with EIO until weights are "
+				  "configured", c->ns[j].rec.name,
+				  (uint64_t)atomic_load(
+					  &c->ns[j].hc.hidden_blocks));
 	rc = check_free_map(c, &l);
 out_free:
 	free(l.v);
@@ -572,6 +629,9 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	rc = open_gpu(c);
 	if (rc)
 		goto out_free;
+	rc = kvfs_rpool_start(c);
+	if (rc)
+		goto out_free;
 	if (!strcmp(conf->policy, "belady")) {
 		kvfs_err("policy belady needs to know the future: it exists "
 			 "only in kvfs-sim");
@@ -617,6 +677,11 @@ void kvfs_cache_free(struct kvfs_cache *c)
 	while (c->bg_jobs)
 		pthread_cond_wait(&c->bg_cond, &c->bg_lock);
 	pthread_mutex_unlock(&c->bg_lock);
+	/* Restoration jobs hold block references and use the tiers and
+	 * the write-back; with the pool stopped a late wait (the mover's
+	 * device promotion) restores in its own thread.
+	 */
+	kvfs_rpool_stop(c);
 	kvfs_wb_stop(c);
 	while (c->sessions)
 		kvfs_ctl_close(c->sessions);
@@ -650,6 +715,7 @@ void kvfs_cache_free(struct kvfs_cache *c)
 		free(sh->b);
 		free(c->by_key[s].b);
 	}
+	kvfs_rpool_free(c);
 	for (size_t i = 0; i < c->n_ns; i++) {
 		free(c->ns[i].blocks);
 		if (c->ns[i].c)

@@ -37,10 +37,23 @@
  *                hidden_size 1..1048576 (optional: omit it when unknown),
  *                salt (optional, up to 63 bytes).
  *                A block file of the geometry may not exceed 4 GiB.
+ *                Hidden-state restoration (docs/hcache.md), all optional:
+ *                weights (path), family llama|qwen2, rms_norm_eps and
+ *                rope_theta (positive numbers; 1e-6 and 10000 by
+ *                default), rope_scaling default|linear|llama3 with
+ *                rope_factor, rope_low_freq_factor, rope_high_freq_factor
+ *                (positive numbers) and rope_orig_max_pos 1..2^30,
+ *                store_as kv|hidden|auto (default kv).  weights needs
+ *                hidden_size, family and an even head_dim; the model keys
+ *                and store_as hidden|auto need weights; each rope_* key
+ *                needs the scaling that uses it, and that scaling needs
+ *                all of its keys (llama3: high > low).
  * Every non-namespace section may appear once; every key once per section.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +61,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
+#include "gpu/restore.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -71,6 +85,7 @@ struct conf_state {
 	char sec_name[INI_MAX_LINE];
 	unsigned sec_line;
 	uint64_t seen;           /* bit i: key i of sec->keys was set */
+	unsigned key_line[64];   /* where key i of sec->keys was set */
 	unsigned sections_seen;  /* bit i: sections[i] appeared */
 	struct kvfs_conf_ns *ns; /* the namespace being filled */
 	/* the first error */
@@ -208,6 +223,73 @@ static int set_policy_name(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+/* A positive finite decimal number ("1e-5", "500000", "0.25"). */
+static int set_pos_double(struct conf_state *st, const struct conf_key *k,
+			  const char *val, void *field)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = *val && strspn(val, "0123456789.eE+-") == strlen(val) ?
+		    strtod(val, &end) : -1;
+	if (v == -1 || *end || errno || !isfinite(v) || !(v > 0))
+		return fail(st, st->lineno,
+			    "%s = '%s': expected a positive number", k->name,
+			    val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_family(struct conf_state *st, const struct conf_key *k,
+		      const char *val, void *field)
+{
+	int v = kvfs_restore_family_parse(val);
+
+	if (v < 0)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected llama or qwen2", k->name,
+			    val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_rope(struct conf_state *st, const struct conf_key *k,
+		    const char *val, void *field)
+{
+	int v = kvfs_restore_rope_parse(val);
+
+	/* "none" is an alias kvfs_restore_rope_parse() accepts; the config
+	 * documents one spelling.
+	 */
+	if (v < 0 || !strcmp(val, "none"))
+		return fail(st, st->lineno,
+			    "%s = '%s': expected default, linear or llama3 "
+			    "(other scalings are not implemented)",
+			    k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_store_as(struct conf_state *st, const struct conf_key *k,
+			const char *val, void *field)
+{
+	uint32_t v;
+
+	if (!strcmp(val, "kv"))
+		v = KVFS_STORE_KV;
+	else if (!strcmp(val, "hidden"))
+		v = KVFS_STORE_HIDDEN;
+	else if (!strcmp(val, "auto"))
+		v = KVFS_STORE_AUTO;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected kv, hidden or auto", k->name,
+			    val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 /* ---- sections ---- */
 
 #define U32(kname, type, field, lo, hi, req) \
@@ -297,9 +379,32 @@ static const struct conf_key ns_keys[] = {
 	U32("hidden_size", struct kvfs_conf_ns, G(hidden_size), 1, 1u << 20,
 	    false),
 	STR("salt", struct kvfs_conf_ns, salt, set_str),
+	STR("weights", struct kvfs_conf_ns, hc.weights, set_str),
+	{ "family", set_family, offsetof(struct kvfs_conf_ns, hc.family), 0, 0,
+	  0, false },
+	{ "rms_norm_eps", set_pos_double,
+	  offsetof(struct kvfs_conf_ns, hc.rms_norm_eps), 0, 0, 0, false },
+	{ "rope_theta", set_pos_double,
+	  offsetof(struct kvfs_conf_ns, hc.rope_theta), 0, 0, 0, false },
+	{ "rope_scaling", set_rope,
+	  offsetof(struct kvfs_conf_ns, hc.rope_type), 0, 0, 0, false },
+	{ "rope_factor", set_pos_double,
+	  offsetof(struct kvfs_conf_ns, hc.rope_factor), 0, 0, 0, false },
+	{ "rope_low_freq_factor", set_pos_double,
+	  offsetof(struct kvfs_conf_ns, hc.rope_low_freq_factor), 0, 0, 0,
+	  false },
+	{ "rope_high_freq_factor", set_pos_double,
+	  offsetof(struct kvfs_conf_ns, hc.rope_high_freq_factor), 0, 0, 0,
+	  false },
+	U32("rope_orig_max_pos", struct kvfs_conf_ns, hc.rope_orig_max_pos, 1,
+	    1u << 30, false),
+	{ "store_as", set_store_as, offsetof(struct kvfs_conf_ns, hc.store_as),
+	  0, 0, 0, false },
 	{ NULL },
 };
 #undef G
+_Static_assert(sizeof(ns_keys) / sizeof(ns_keys[0]) <= 64,
+	       "seen and key_line hold 64 keys");
 
 static void *conf_target(struct conf_state *st)
 {
@@ -353,6 +458,97 @@ static int ns_begin(struct conf_state *st, const char *name)
 	st->ns = &c->ns[c->n_ns++];
 	memset(st->ns, 0, sizeof(*st->ns));
 	strcpy(st->ns->name, name);
+	/* Hugging Face's defaults for both families. */
+	st->ns->hc.rms_norm_eps = 1e-6;
+	st->ns->hc.rope_theta = 10000;
+	st->ns->hc.rope_type = KVFS_ROPE_DEFAULT;
+	return 0;
+}
+
+/* The line where namespace key @name was set in the section that is
+ * ending, 0 if it was not.
+ */
+static unsigned key_at(struct conf_state *st, const char *name)
+{
+	for (size_t i = 0; ns_keys[i].name; i++)
+		if (!strcmp(ns_keys[i].name, name))
+			return (st->seen & (1ull << i)) ? st->key_line[i] : 0;
+	return 0;
+}
+
+/* The restoration keys hang together: each one needs what gives it a
+ * meaning, so a key that would silently do nothing is an error.
+ */
+static int ns_end_hcache(struct conf_state *st)
+{
+	static const char *const model_keys[] = {
+		"family", "rms_norm_eps", "rope_theta", "rope_scaling",
+		"rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+		"rope_orig_max_pos",
+	};
+	static const struct {
+		const char *key;
+		unsigned types; /* 1 << enum kvfs_rope_type using it */
+	} rope_keys[] = {
+		{ "rope_factor",
+		  1u << KVFS_ROPE_LINEAR | 1u << KVFS_ROPE_LLAMA3 },
+		{ "rope_low_freq_factor", 1u << KVFS_ROPE_LLAMA3 },
+		{ "rope_high_freq_factor", 1u << KVFS_ROPE_LLAMA3 },
+		{ "rope_orig_max_pos", 1u << KVFS_ROPE_LLAMA3 },
+	};
+	const struct kvfs_conf_hcache *hc = &st->ns->hc;
+	const struct kvfs_geom *g = &st->ns->geom;
+	unsigned wl = key_at(st, "weights"), line;
+
+	if (!wl) {
+		for (size_t i = 0; i < sizeof(model_keys) / sizeof(*model_keys);
+		     i++)
+			if ((line = key_at(st, model_keys[i])))
+				return fail(st, line,
+					    "[%s]: %s needs weights (the "
+					    "checkpoint restoration uses)",
+					    st->sec_name, model_keys[i]);
+		if (hc->store_as != KVFS_STORE_KV)
+			return fail(st, key_at(st, "store_as"),
+				    "[%s]: store_as = %s needs weights",
+				    st->sec_name,
+				    hc->store_as == KVFS_STORE_HIDDEN ?
+					    "hidden" : "auto");
+		return 0;
+	}
+	if (!hc->weights[0])
+		return fail(st, wl, "[%s]: weights is empty", st->sec_name);
+	if (!g->hidden_size)
+		return fail(st, wl, "[%s]: weights needs hidden_size",
+			    st->sec_name);
+	if (!hc->family)
+		return fail(st, wl, "[%s]: weights needs family (llama or "
+			    "qwen2)", st->sec_name);
+	if (g->head_dim % 2)
+		return fail(st, key_at(st, "head_dim"),
+			    "[%s]: head_dim %u must be even for RoPE",
+			    st->sec_name, g->head_dim);
+	for (size_t i = 0; i < sizeof(rope_keys) / sizeof(*rope_keys); i++) {
+		line = key_at(st, rope_keys[i].key);
+		if (line && !(rope_keys[i].types & (1u << hc->rope_type)))
+			return fail(st, line,
+				    "[%s]: %s is not used by rope_scaling = %s",
+				    st->sec_name, rope_keys[i].key,
+				    hc->rope_type == KVFS_ROPE_LINEAR ?
+					    "linear" : "default");
+		if (!line && (rope_keys[i].types & (1u << hc->rope_type)))
+			return fail(st, key_at(st, "rope_scaling"),
+				    "[%s]: rope_scaling = %s needs %s",
+				    st->sec_name,
+				    hc->rope_type == KVFS_ROPE_LINEAR ?
+					    "linear" : "llama3",
+				    rope_keys[i].key);
+	}
+	if (hc->rope_type == KVFS_ROPE_LLAMA3 &&
+	    !(hc->rope_high_freq_factor > hc->rope_low_freq_factor))
+		return fail(st, key_at(st, "rope_high_freq_factor"),
+			    "[%s]: rope_high_freq_factor must exceed "
+			    "rope_low_freq_factor", st->sec_name);
 	return 0;
 }
 
@@ -369,7 +565,7 @@ static int ns_end(struct conf_state *st)
 		return fail(st, st->sec_line,
 			    "[%s]: a block of this geometry exceeds 4G",
 			    st->sec_name);
-	return 0;
+	return ns_end_hcache(st);
 }
 
 static const struct conf_section sections[] = {
@@ -485,6 +681,8 @@ static int conf_handler(void *user, const char *section, const char *name,
 		return 0;
 	}
 	st->seen |= 1ull << i;
+	if (i < sizeof(st->key_line) / sizeof(st->key_line[0]))
+		st->key_line[i] = st->lineno;
 	s->keys[i].set(st, &s->keys[i], value,
 		       (char *)s->target(st) + s->keys[i].off);
 	return !st->failed;

@@ -21,10 +21,37 @@
 #define KVFS_CONF_MAX_OPTS 32
 #define KVFS_CONF_STR 256
 
+/* What a namespace keeps when an engine writes a HIDDEN-kind block; the
+ * values are those of the namespace record's store_as.
+ */
+enum kvfs_conf_store_as {
+	KVFS_STORE_KV = 0,     /* restore once at commit, store K and V */
+	KVFS_STORE_HIDDEN = 1, /* store the hidden states as written */
+	KVFS_STORE_AUTO = 2,   /* hidden where smaller than K+V, else KV */
+};
+
+/* Hidden-state restoration (HCache, docs/hcache.md): the model knowledge
+ * of a namespace.  Without weights every field is at its default and
+ * HIDDEN-kind writes are refused.
+ */
+struct kvfs_conf_hcache {
+	char weights[KVFS_CONF_STR];  /* .safetensors or index .json; "" */
+	int family;                   /* enum kvfs_restore_family; 0 = none */
+	double rms_norm_eps;          /* default 1e-6 (Hugging Face's) */
+	double rope_theta;            /* default 10000 */
+	int rope_type;                /* enum kvfs_rope_type (default) */
+	double rope_factor;           /* linear, llama3 */
+	double rope_low_freq_factor;  /* llama3 */
+	double rope_high_freq_factor; /* llama3 */
+	uint32_t rope_orig_max_pos;   /* llama3 */
+	uint32_t store_as;            /* enum kvfs_conf_store_as (kv) */
+};
+
 struct kvfs_conf_ns {
 	char name[KVFS_NS_NAME_MAX];
 	char salt[KVFS_NS_SALT_MAX];
 	struct kvfs_geom geom;
+	struct kvfs_conf_hcache hc;
 };
 
 enum kvfs_conf_gpu {

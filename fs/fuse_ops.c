@@ -43,6 +43,11 @@ enum fh_kind {
 
 struct kvfs_fh {
 	enum fh_kind kind;
+	/* One for the open file, one per read in progress: a read replies
+	 * from memory the handle owns (or keeps alive through its open
+	 * count), and the kernel may send RELEASE the moment it has the
+	 * data, before our reply call has returned.
+	 */
 	atomic_int refs;
 	pthread_mutex_t lock;        /* FH_WRITE: guards p, b, rc */
 	struct kvfs_reader r;        /* FH_READ */
@@ -421,6 +426,7 @@ static void fh_destroy(struct kvfs_fs *fs, struct kvfs_fh *fh)
 	free(fh);
 }
 
+/* Drop a reference; the last one frees the handle. */
 static void fh_free(struct kvfs_fs *fs, struct kvfs_fh *fh)
 {
 	if (atomic_fetch_sub(&fh->refs, 1) == 1)
@@ -569,6 +575,7 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_fh *fh = fh_of(fi);
 
+	/* RELEASE cannot have been sent yet: this read is still ours. */
 	atomic_fetch_add(&fh->refs, 1);
 	read_fh(req, fs, fh, size, off);
 	fh_free(fs, fh);
@@ -912,6 +919,11 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 		return snprintf(v, len, "%u", bi.category);
 	if (!strcmp(name, "leases"))
 		return snprintf(v, len, "%u", bi.leases);
+	/* What the store keeps; reads always see the KV-kind file. */
+	if (!strcmp(name, "stored_as"))
+		return snprintf(v, len, "%s",
+				bi.stored_kind == KVFS_KIND_HIDDEN ? "hidden" :
+								     "kv");
 	if (!strcmp(name, "pin")) {
 		if (!bi.pins)
 			return -ENODATA;
@@ -922,7 +934,7 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 
 static const char *const block_xattrs[] = {
 	"tier", "tokens", "parent", "hits", "last_access", "depth",
-	"durable", "category", "leases", "pin",
+	"durable", "category", "leases", "pin", "stored_as",
 };
 
 static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,

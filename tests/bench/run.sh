@@ -286,6 +286,9 @@ if [ -x "$BDIR/bench/bench_chunks" ]; then
 		echo "    (no figure: chunks.sh failed)"
 fi
 
+# --- 8, 9, 10. hidden-state restoration on this CPU (bench_hcache.c) -----
+[ -x "$BDIR/bench/bench_hcache" ] && { "$BDIR/bench/bench_hcache" --dir "$WORK" --summary "$SUMMARY" || echo "    (no figure: bench_hcache failed)"; }
+
 # --- summary ------------------------------------------------------------
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"

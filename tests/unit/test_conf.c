@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "fs/conf.h"
+#include "gpu/restore.h"
 #include "meta/log.h"
 
 static struct kvfs_conf *conf;
@@ -507,6 +508,140 @@ static void test_syntax_and_long_lines(void **state)
 	expect_err(t, 2, "salt: value longer than 63");
 }
 
+/* @ns_ok followed by @lines: the first of them is line 8. */
+static void hc_text(char *t, size_t len, const char *lines)
+{
+	snprintf(t, len, "%s%s", ns_ok, lines);
+}
+
+static void test_hcache_keys(void **state)
+{
+	const struct kvfs_conf_hcache *hc = &conf->ns[0].hc;
+	char t[2048];
+
+	/* without them: no weights, Hugging Face's defaults, store_as kv */
+	expect_ok(ns_ok);
+	assert_string_equal(hc->weights, "");
+	assert_int_equal(hc->family, 0);
+	assert_true(hc->rms_norm_eps == 1e-6);
+	assert_true(hc->rope_theta == 10000);
+	assert_int_equal(hc->rope_type, KVFS_ROPE_DEFAULT);
+	assert_int_equal(hc->store_as, KVFS_STORE_KV);
+
+	hc_text(t, sizeof(t),
+		"hidden_size = 4096\n"
+		"weights = /models/llama/model.safetensors.index.json\n"
+		"family = llama\n"
+		"rms_norm_eps = 1e-5\n"
+		"rope_theta = 500000\n"
+		"rope_scaling = llama3\n"
+		"rope_factor = 8\n"
+		"rope_low_freq_factor = 1.0\n"
+		"rope_high_freq_factor = 4\n"
+		"rope_orig_max_pos = 8192\n"
+		"store_as = auto\n");
+	expect_ok(t);
+	assert_string_equal(hc->weights,
+			    "/models/llama/model.safetensors.index.json");
+	assert_int_equal(hc->family, KVFS_FAMILY_LLAMA);
+	assert_true(hc->rms_norm_eps == 1e-5);
+	assert_true(hc->rope_theta == 500000);
+	assert_int_equal(hc->rope_type, KVFS_ROPE_LLAMA3);
+	assert_true(hc->rope_factor == 8);
+	assert_true(hc->rope_low_freq_factor == 1);
+	assert_true(hc->rope_high_freq_factor == 4);
+	assert_int_equal(hc->rope_orig_max_pos, 8192);
+	assert_int_equal(hc->store_as, KVFS_STORE_AUTO);
+
+	hc_text(t, sizeof(t),
+		"hidden_size = 3584\nweights = /m/q.safetensors\n"
+		"family = qwen2\nrope_scaling = linear\nrope_factor = 2.5\n"
+		"store_as = hidden\n");
+	expect_ok(t);
+	assert_int_equal(hc->family, KVFS_FAMILY_QWEN2);
+	assert_int_equal(hc->rope_type, KVFS_ROPE_LINEAR);
+	assert_true(hc->rope_factor == 2.5);
+	assert_int_equal(hc->store_as, KVFS_STORE_HIDDEN);
+	/* store_as = kv needs nothing */
+	hc_text(t, sizeof(t), "store_as = kv\n");
+	expect_ok(t);
+	assert_int_equal(hc->store_as, KVFS_STORE_KV);
+}
+
+static void test_hcache_errors(void **state)
+{
+	static const struct {
+		const char *lines;
+		unsigned line;
+		const char *why;
+	} cases[] = {
+		/* what weights needs */
+		{ "weights = /m.safetensors\nfamily = llama\n", 8,
+		  "weights needs hidden_size" },
+		{ "hidden_size = 64\nweights = /m.safetensors\n", 9,
+		  "weights needs family" },
+		{ "hidden_size = 64\nweights = \nfamily = llama\n", 9,
+		  "weights is empty" },
+		/* what needs weights */
+		{ "hidden_size = 64\nfamily = llama\n", 9,
+		  "family needs weights" },
+		{ "rope_theta = 1e6\n", 8, "rope_theta needs weights" },
+		{ "rms_norm_eps = 1e-5\n", 8, "rms_norm_eps needs weights" },
+		{ "rope_scaling = linear\n", 8, "rope_scaling needs weights" },
+		{ "store_as = hidden\n", 8, "store_as = hidden needs weights" },
+		{ "store_as = auto\n", 8, "store_as = auto needs weights" },
+		/* malformed values, at their own line */
+		{ "family = mistral\n", 8, "expected llama or qwen2" },
+		{ "rms_norm_eps = 0\n", 8, "expected a positive number" },
+		{ "rms_norm_eps = -1e-5\n", 8, "expected a positive number" },
+		{ "rms_norm_eps = tiny\n", 8, "expected a positive number" },
+		{ "rope_theta = nan\n", 8, "expected a positive number" },
+		{ "rope_theta = 1e999\n", 8, "expected a positive number" },
+		{ "rope_theta = 1e4x\n", 8, "expected a positive number" },
+		{ "rope_scaling = yarn\n", 8,
+		  "expected default, linear or llama3" },
+		{ "rope_scaling = dynamic\n", 8, "not implemented" },
+		{ "rope_scaling = none\n", 8, "expected default, linear" },
+		{ "rope_orig_max_pos = 0\n", 8, "rope_orig_max_pos = '0'" },
+		{ "store_as = both\n", 8, "expected kv, hidden or auto" },
+		/* rope keys and their scaling */
+		{ "hidden_size = 64\nweights = /m\nfamily = llama\n"
+		  "rope_factor = 2\n", 11,
+		  "rope_factor is not used by rope_scaling = default" },
+		{ "hidden_size = 64\nweights = /m\nfamily = llama\n"
+		  "rope_scaling = linear\nrope_low_freq_factor = 1\n"
+		  "rope_factor = 2\n", 12,
+		  "rope_low_freq_factor is not used by rope_scaling = linear" },
+		{ "hidden_size = 64\nweights = /m\nfamily = llama\n"
+		  "rope_scaling = linear\n", 11,
+		  "rope_scaling = linear needs rope_factor" },
+		{ "hidden_size = 64\nweights = /m\nfamily = llama\n"
+		  "rope_scaling = llama3\nrope_factor = 8\n"
+		  "rope_low_freq_factor = 1\nrope_high_freq_factor = 4\n", 11,
+		  "rope_scaling = llama3 needs rope_orig_max_pos" },
+		{ "hidden_size = 64\nweights = /m\nfamily = llama\n"
+		  "rope_scaling = llama3\nrope_factor = 8\n"
+		  "rope_low_freq_factor = 4\nrope_high_freq_factor = 4\n"
+		  "rope_orig_max_pos = 8192\n", 14,
+		  "rope_high_freq_factor must exceed rope_low_freq_factor" },
+		/* duplicates, as for every key */
+		{ "store_as = kv\nstore_as = kv\n", 9,
+		  "duplicate key 'store_as'" },
+	};
+	char t[2048];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		hc_text(t, sizeof(t), cases[i].lines);
+		expect_err(t, cases[i].line, cases[i].why);
+	}
+	/* RoPE pairs element j with j + head_dim / 2 */
+	snprintf(t, sizeof(t),
+		 "[namespace odd]\nlayers = 2\nkv_heads = 2\nhead_dim = 63\n"
+		 "dtype = bf16\nblock_tokens = 16\nchunk_tokens = 16\n"
+		 "hidden_size = 126\nweights = /m\nfamily = qwen2\n");
+	expect_err(t, 4, "head_dim 63 must be even");
+}
+
 /* The documented example at the repository root must stay valid. */
 static void test_example_conf(void **state)
 {
@@ -538,6 +673,8 @@ int main(void)
 		cmocka_unit_test(test_too_many_namespaces),
 		cmocka_unit_test(test_policy),
 		cmocka_unit_test(test_syntax_and_long_lines),
+		cmocka_unit_test(test_hcache_keys),
+		cmocka_unit_test(test_hcache_errors),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

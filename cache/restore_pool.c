@@ -1,0 +1,996 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hidden-state restoration in the engine (HCache, paper 003;
+ * docs/hcache.md): each namespace's checkpoint, the start-up profile and
+ * the bubble-free plan, the KV image built from a HIDDEN image, and the
+ * restoration threads.
+ *
+ * A block stored as hidden states reads as the KV-kind file its
+ * restoration produces.  A read that finds no KV image in DRAM submits the
+ * block's restoration job, or joins the one under way: jobs are keyed by
+ * block, so any number of readers cause one restoration.  The job loads
+ * the hidden image (the DRAM copy, or from the SSD through the normal,
+ * verified load), rebuilds K and V with gpu/restore.h, and replaces the
+ * block's DRAM copy with the KV image.  From then on reads, mmap and FETCH
+ * are served from DRAM like any KV block, and eviction drops the KV image
+ * as the block's DRAM copy; the hidden image stays on the SSD.  A block
+ * the policy keeps out of DRAM gets its result as a private copy for each
+ * waiter instead.
+ *
+ * The DRAM copy is replaced only once the block is durable: write-back
+ * writes whatever the DRAM copy holds, and that must stay the stored form.
+ *
+ * Locking: rp->lock guards the queue, the active list and every job's
+ * fields except the result, which only the job's runner writes before it
+ * marks the job done (waiters read it after seeing done under the lock).
+ * rp->lock is innermost: nothing is called with it held.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/cache_i.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+/* Enough to overlap one restoration with the I/O of the next; more would
+ * only split the BLAS threads further.
+ */
+#define RPOOL_THREADS 2
+/* Start-up profile: samples per figure, the median is used. */
+#define PROF_REPS 5
+
+struct kvfs_rjob {
+	struct kvfs_block *b;       /* a reference, dropped with the job */
+	struct kvfs_rjob *qnext;    /* rp->queue */
+	struct kvfs_rjob *anext;    /* rp->active */
+	unsigned refs;              /* the pool's (until done) + waiters' */
+	unsigned waiters;           /* readers waiting for it */
+	bool done;
+	int rc;                     /* valid once done */
+	void *img;                  /* private result (done, rc 0), or NULL */
+	uint64_t img_len;
+};
+
+struct kvfs_rpool {
+	pthread_mutex_t lock;
+	pthread_cond_t work;        /* queue not empty, or stop */
+	pthread_cond_t done;        /* some job finished */
+	struct kvfs_rjob *qhead, *qtail; /* waiting for a thread */
+	struct kvfs_rjob *active;   /* every job not done */
+	pthread_t thr[RPOOL_THREADS];
+	unsigned n_threads;         /* started and not yet joined */
+	bool stop;
+};
+
+/* ---------------------------------------------------------- the KV image */
+
+int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
+		     const uint8_t *h, uint64_t h_len, uint8_t *dst,
+		     uint64_t dst_len)
+{
+	const struct kvfs_geom *g = &ns->geom;
+	struct kvfs_restore_io io = { 0 };
+	struct kvfs_fmt_hdr hd;
+	enum kvfs_fmt_err fe;
+	uint64_t size, po;
+	uint32_t *tok;
+	int rc;
+
+	if (!ns->hc.rst)
+		return -EINVAL;
+	/* The image was verified when it was written or loaded; this only
+	 * decodes the header (and rechecks the key, which is cheap).
+	 */
+	fe = kvfs_fmt_validate(h, h_len, g, NULL, ns->rec.root,
+			       KVFS_FMT_ALLOW_HIDDEN |
+				       KVFS_FMT_SKIP_PAYLOAD_CRC,
+			       &hd);
+	if (fe != KVFS_FMT_OK || hd.kind != KVFS_KIND_HIDDEN) {
+		kvfs_err("ns %s: hidden-state image refused for restoration: "
+			 "%s", ns->rec.name,
+			 fe != KVFS_FMT_OK ? kvfs_fmt_strerror(fe) :
+					     "not of kind HIDDEN");
+		return -EINVAL;
+	}
+	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, hd.n_tokens);
+	po = kvfs_fmt_payload_off(hd.n_tokens);
+	if (!size || size > dst_len)
+		return -EINVAL;
+	tok = malloc((size_t)hd.n_tokens * sizeof(*tok));
+	if (!tok)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < hd.n_tokens; i++)
+		tok[i] = kvfs_util_get32(h + KVFS_FMT_HDR_SIZE + 4ull * i);
+	io.hidden = h + po;
+	io.hidden_len = h_len - po;
+	io.hidden_dtype = g->dtype;
+	io.kv = dst + po;
+	io.kv_len = size - po;
+	io.kv_dtype = g->dtype;
+	io.start_pos = hd.start_pos;
+	io.n_tokens = hd.n_tokens;
+	io.chunk_tokens = g->chunk_tokens;
+	rc = kvfs_restore_block(ns->hc.rst, ws, &io);
+	if (!rc)
+		rc = kvfs_fmt_build(g, KVFS_KIND_KV, hd.parent, hd.start_pos,
+				    tok, hd.n_tokens, NULL, dst, size);
+	free(tok);
+	if (!rc && dst_len > size)
+		memset(dst + size, 0, dst_len - size);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- a job */
+
+/* The hidden image of @b to restore from. */
+struct hsrc {
+	const uint8_t *p;
+	void *priv;     /* loaded outside DRAM: ours to free */
+	uint64_t len;
+	bool in_dram;   /* p is the DRAM copy; b->readers counts us */
+};
+
+/* 0 with @s filled, 1 when the DRAM copy is already the KV image, or the
+ * load's error.  The caller holds an open of @b.
+ */
+static int hidden_src(struct kvfs_cache *c, struct kvfs_block *b,
+		      struct hsrc *s)
+{
+	uint64_t len;
+	uint8_t *p;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	for (;;) {
+		atomic_fetch_add(&b->readers, 1);
+		p = atomic_load(&b->dram_ptr);
+		if (p) {
+			if (kvfs_img_kind(p) == KVFS_KIND_KV) {
+				atomic_fetch_sub(&b->readers, 1);
+				return 1;
+			}
+			s->p = p;
+			s->len = b->ssize;
+			s->in_dram = true;
+			return 0;
+		}
+		atomic_fetch_sub(&b->readers, 1);
+		pthread_mutex_lock(&b->io_lock);
+		rc = atomic_load(&b->dram_ptr) ?
+			     0 :
+			     kvfs_block_load(c, b, KVFS_LOAD_READ, &s->priv,
+					     &len);
+		pthread_mutex_unlock(&b->io_lock);
+		if (rc)
+			return rc;
+		if (s->priv) {
+			s->p = s->priv;
+			s->len = b->ssize;
+			return 0;
+		}
+	}
+}
+
+static void hidden_src_put(struct kvfs_block *b, struct hsrc *s)
+{
+	if (s->in_dram)
+		atomic_fetch_sub(&b->readers, 1);
+	free(s->priv);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * Make @kv the DRAM copy of @b in place of the hidden image @old.  The
+ * I/O lock keeps loaders and the device tier's copy-down out; the pointer
+ * is unpublished first and readers of the old image, who only look at its
+ * header, are waited out.  -EAGAIN if the DRAM copy is no longer @old.
+ */
+static int dram_swap(struct kvfs_cache *c, struct kvfs_block *b,
+		     const void *old, struct kvfs_extent *kv)
+{
+	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
+	struct kvfs_extent ox;
+
+	pthread_mutex_lock(&b->io_lock);
+	pthread_mutex_lock(&b->lock);
+	if (atomic_load(&b->dram_ptr) != old || b->dram.ptr != old) {
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&b->io_lock);
+		return -EAGAIN;
+	}
+	atomic_store(&b->dram_ptr, NULL);
+	while (atomic_load(&b->readers) > 0)
+		sched_yield();
+	ox = b->dram;
+	b->dram = *kv;
+	atomic_store(&b->dram_ptr, kv->ptr);
+	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_unlock(&b->io_lock);
+	dram->ops->free(dram, &ox);
+	return 0;
+}
+
+static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
+		    struct kvfs_restore_ws *ws)
+{
+	struct kvfs_block *b = j->b;
+	struct kvfs_ns *ns = b->ns;
+	struct kvfs_extent ext = { 0 };
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	uint64_t t0 = kvfs_util_now_mono(), alen;
+	bool keep;
+	struct hsrc s;
+	uint8_t *dst;
+	int rc;
+
+	kvfs_fmt_key_hex(b->pn.key, hex);
+	if (!ns->hc.rst) {
+		kvfs_err("ns %s: block %s.kv is stored as hidden states but "
+			 "the namespace has no weights: not served",
+			 ns->rec.name, hex);
+		j->rc = -EIO;
+		return;
+	}
+	/* An open keeps the copies from being freed by a delete and the
+	 * DRAM copy from being evicted, as for a reader.
+	 */
+	atomic_fetch_add(&b->opens, 1);
+	if (atomic_load(&b->flags) & KVFS_B_DELETED) {
+		rc = -ENOENT;
+		goto out_close;
+	}
+	/* Only a durable block's DRAM copy may turn into the KV image. */
+	if (!(atomic_load(&b->flags) & KVFS_B_PERSISTED))
+		kvfs_cache_sync(c, b);
+	rc = hidden_src(c, b, &s);
+	if (rc) {
+		if (rc == 1)
+			rc = 0; /* restored meanwhile, or copied down */
+		goto out_close;
+	}
+	keep = s.in_dram && (atomic_load(&b->flags) & KVFS_B_PERSISTED);
+	alen = kvfs_util_align_up(b->size, KVFS_FMT_ALIGN);
+	if (keep && kvfs_dram_reserve(c, b->size, &ext) == 0) {
+		dst = ext.ptr;
+		alen = ext.len;
+	} else {
+		keep = false;
+		dst = aligned_alloc(KVFS_FMT_ALIGN, alen);
+		if (!dst) {
+			hidden_src_put(b, &s);
+			rc = -ENOMEM;
+			goto out_close;
+		}
+	}
+	rc = kvfs_rpool_build(ns, ws, s.p, s.len, dst, alen);
+	if (rc) {
+		hidden_src_put(b, &s);
+		goto out_free_dst;
+	}
+	atomic_fetch_add(&c->st_restores, 1);
+	atomic_fetch_add(&ns->hc.restored, 1);
+	atomic_fetch_add(&c->st_restore_ns, kvfs_util_now_mono() - t0);
+	if (keep) {
+		const void *old = s.p;
+
+		hidden_src_put(b, &s);
+		if (dram_swap(c, b, old, &ext) == 0)
+			goto out_close;
+		/* The DRAM copy changed hands: keep the result private. */
+		void *cp = aligned_alloc(KVFS_FMT_ALIGN, alen);
+
+		if (!cp) {
+			rc = -ENOMEM;
+			goto out_free_dst;
+		}
+		memcpy(cp, dst, alen);
+		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM],
+						   &ext);
+		dst = cp;
+		keep = false;
+	} else {
+		hidden_src_put(b, &s);
+	}
+	atomic_fetch_add(&c->st_restore_private, 1);
+	j->img = dst;
+	j->img_len = alen;
+	goto out_close;
+
+out_free_dst:
+	if (keep)
+		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM],
+						   &ext);
+	else
+		free(dst);
+out_close:
+	if (rc && rc != -ENOENT) {
+		atomic_fetch_add(&c->st_restore_errors, 1);
+		kvfs_err("ns %s: restoring block %s.kv failed: %s",
+			 ns->rec.name, hex, strerror(-rc));
+	}
+	j->rc = rc;
+	atomic_fetch_sub(&b->opens, 1);
+	kvfs_block_try_free(c, b);
+}
+
+/* Caller holds rp->lock. */
+static struct kvfs_rjob *job_find(struct kvfs_rpool *rp,
+				  const struct kvfs_block *b)
+{
+	struct kvfs_rjob *j;
+
+	for (j = rp->active; j && j->b != b; j = j->anext)
+		;
+	return j;
+}
+
+/* A new active job for @b with the pool's reference. Caller holds
+ * rp->lock.
+ */
+static struct kvfs_rjob *job_new(struct kvfs_rpool *rp, struct kvfs_block *b)
+{
+	struct kvfs_rjob *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	kvfs_block_get_ref(b);
+	j->b = b;
+	j->refs = 1;
+	j->anext = rp->active;
+	rp->active = j;
+	return j;
+}
+
+static void job_enqueue(struct kvfs_rpool *rp, struct kvfs_rjob *j)
+{
+	j->qnext = NULL;
+	if (rp->qtail)
+		rp->qtail->qnext = j;
+	else
+		rp->qhead = j;
+	rp->qtail = j;
+	pthread_cond_signal(&rp->work);
+}
+
+/* Drop a reference; returns the job to free (outside the lock) or NULL.
+ * Caller holds rp->lock.
+ */
+static struct kvfs_rjob *job_unref(struct kvfs_rjob *j)
+{
+	return --j->refs ? NULL : j;
+}
+
+static void job_free(struct kvfs_cache *c, struct kvfs_rjob *j)
+{
+	if (!j)
+		return;
+	kvfs_cache_put(c, j->b);
+	free(j->img);
+	free(j);
+}
+
+/* Mark @j done and take it off the active list. Caller holds rp->lock. */
+static struct kvfs_rjob *job_finish(struct kvfs_rpool *rp,
+				    struct kvfs_rjob *j)
+{
+	struct kvfs_rjob **pp;
+
+	for (pp = &rp->active; *pp && *pp != j; pp = &(*pp)->anext)
+		;
+	if (*pp)
+		*pp = j->anext;
+	j->done = true;
+	pthread_cond_broadcast(&rp->done);
+	return job_unref(j);
+}
+
+static void *rpool_main(void *arg)
+{
+	struct kvfs_cache *c = arg;
+	struct kvfs_rpool *rp = c->rpool;
+	struct kvfs_restore_ws *ws = NULL;
+	struct kvfs_rjob *j, *gone;
+
+	/* Without a workspace each restoration allocates its own. */
+	if (kvfs_restore_ws_alloc(&ws))
+		ws = NULL;
+	pthread_mutex_lock(&rp->lock);
+	for (;;) {
+		while (!rp->qhead && !rp->stop)
+			pthread_cond_wait(&rp->work, &rp->lock);
+		j = rp->qhead;
+		if (!j)
+			break;
+		rp->qhead = j->qnext;
+		if (!rp->qhead)
+			rp->qtail = NULL;
+		if (rp->stop && !j->waiters) {
+			/* Ahead of a need that will not come. */
+			j->rc = -ECANCELED;
+		} else {
+			pthread_mutex_unlock(&rp->lock);
+			job_run(c, j, ws);
+			pthread_mutex_lock(&rp->lock);
+		}
+		gone = job_finish(rp, j);
+		if (gone) {
+			pthread_mutex_unlock(&rp->lock);
+			job_free(c, gone);
+			pthread_mutex_lock(&rp->lock);
+		}
+	}
+	pthread_mutex_unlock(&rp->lock);
+	kvfs_restore_ws_free(ws);
+	return NULL;
+}
+
+/* A readers-counted look at whether @b's DRAM copy is the KV image. */
+static bool dram_is_kv(struct kvfs_block *b)
+{
+	const uint8_t *p;
+	bool kv;
+
+	atomic_fetch_add(&b->readers, 1);
+	p = atomic_load(&b->dram_ptr);
+	kv = p && kvfs_img_kind(p) == KVFS_KIND_KV;
+	atomic_fetch_sub(&b->readers, 1);
+	return kv;
+}
+
+int kvfs_rpool_wait(struct kvfs_cache *c, struct kvfs_block *b, void **priv,
+		    uint64_t *priv_len)
+{
+	struct kvfs_rpool *rp = c->rpool;
+	struct kvfs_rjob *j, *gone;
+	bool run_here = false;
+	int rc;
+
+	if (!rp)
+		return -EIO;
+	pthread_mutex_lock(&rp->lock);
+	j = job_find(rp, b);
+	if (j) {
+		atomic_fetch_add(&c->st_restore_joined, 1);
+	} else {
+		/* A job that just finished published before it left the
+		 * active list: look again before starting another.
+		 */
+		if (dram_is_kv(b)) {
+			pthread_mutex_unlock(&rp->lock);
+			return 0;
+		}
+		j = job_new(rp, b);
+		if (!j) {
+			pthread_mutex_unlock(&rp->lock);
+			return -ENOMEM;
+		}
+		if (rp->n_threads && !rp->stop)
+			job_enqueue(rp, j);
+		else
+			run_here = true;
+	}
+	atomic_fetch_add(&c->st_restore_waits, 1);
+	j->refs++;
+	j->waiters++;
+	if (run_here) {
+		pthread_mutex_unlock(&rp->lock);
+		job_run(c, j, NULL);
+		pthread_mutex_lock(&rp->lock);
+		gone = job_finish(rp, j);
+		/* our own reference is still held */
+		(void)gone;
+	}
+	while (!j->done)
+		pthread_cond_wait(&rp->done, &rp->lock);
+	pthread_mutex_unlock(&rp->lock);
+
+	rc = j->rc;
+	if (!rc && j->img) {
+		*priv = malloc(j->img_len);
+		if (*priv) {
+			memcpy(*priv, j->img, j->img_len);
+			*priv_len = j->img_len;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&rp->lock);
+	gone = job_unref(j);
+	pthread_mutex_unlock(&rp->lock);
+	job_free(c, gone);
+	return rc;
+}
+
+void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	struct kvfs_rpool *rp = c->rpool;
+	struct kvfs_rjob *j;
+
+	if (!rp || b->kind != KVFS_KIND_HIDDEN || !b->ns->hc.rst)
+		return;
+	pthread_mutex_lock(&rp->lock);
+	if (rp->n_threads && !rp->stop && !job_find(rp, b)) {
+		j = job_new(rp, b);
+		if (j) {
+			job_enqueue(rp, j);
+			atomic_fetch_add(&c->st_restore_ahead, 1);
+		}
+	}
+	pthread_mutex_unlock(&rp->lock);
+}
+
+/* ------------------------------------------------------------- profiling */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+static double secs_since(uint64_t t0)
+{
+	return (double)(kvfs_util_now_mono() - t0) * 1e-9;
+}
+
+/* Median seconds of a DRAM load of @len bytes: a memcpy, as a restore
+ * from DRAM reads its source.
+ */
+static double prof_dram(uint8_t *dst, const uint8_t *src, uint64_t len)
+{
+	double t[PROF_REPS];
+
+	memcpy(dst, src, len); /* fault the pages in */
+	for (int i = 0; i < PROF_REPS; i++) {
+		uint64_t t0 = kvfs_util_now_mono();
+
+		memcpy(dst, src, len);
+		t[i] = secs_since(t0);
+	}
+	return median(t, PROF_REPS);
+}
+
+/* Median seconds of an O_DIRECT read of @len bytes from the data file
+ * (read only; whatever the bytes are), at offsets that move on so that
+ * no sample repeats another's range.  -1 if the file cannot be read.
+ */
+static double prof_ssd(struct kvfs_cache *c, int fd, uint8_t *buf,
+		       uint64_t len, uint64_t *cursor)
+{
+	uint64_t base = c->store->sb.data_off;
+	uint64_t span = c->store->sb.ssd_size - base;
+	double t[PROF_REPS];
+
+	len = kvfs_util_align_up(len, KVFS_FMT_ALIGN);
+	if (span < len)
+		return -1;
+	for (int i = 0; i < PROF_REPS; i++) {
+		uint64_t off;
+
+		if (*cursor + len > span)
+			*cursor = 0;
+		off = base + *cursor;
+		*cursor += len;
+		uint64_t t0 = kvfs_util_now_mono();
+		ssize_t n = pread(fd, buf, len, (off_t)off);
+
+		if (n != (ssize_t)len)
+			return -1;
+		t[i] = secs_since(t0);
+	}
+	return median(t, PROF_REPS);
+}
+
+static const char *mode_name(int mode)
+{
+	switch (mode) {
+	case KVFS_HSCHED_MODE_HIDDEN_ONLY:
+		return "hidden-only";
+	case KVFS_HSCHED_MODE_HIDDEN_KV:
+		return "hidden+kv";
+	case KVFS_HSCHED_MODE_HIDDEN_RECOMPUTE:
+		return "hidden+recompute";
+	case KVFS_HSCHED_MODE_KV_ONLY:
+		return "kv-only";
+	case KVFS_HSCHED_MODE_RECOMPUTE_ONLY:
+		return "recompute-only";
+	}
+	return "none";
+}
+
+/*
+ * Per-layer times for a full block of @ns (paper 003 §4.1): loading its
+ * hidden states and its KV from DRAM and from the SSD, and projecting it.
+ * There is no model runner, so token recomputation is left out (C_Token =
+ * 0) and the plans never recompute.
+ */
+static int hc_profile(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      struct kvfs_restore_ws *ws)
+{
+	struct kvfs_hc_ns *hc = &ns->hc;
+	const struct kvfs_restore_model *m = kvfs_restore_model(hc->rst);
+	const struct kvfs_geom *g = &ns->geom;
+	uint32_t T = g->block_tokens, C = g->chunk_tokens;
+	uint64_t hb = kvfs_restore_hidden_layer_bytes(m, T, C, g->dtype);
+	uint64_t kb = kvfs_restore_kv_layer_bytes(m, T, C, g->dtype);
+	uint64_t rows = (uint64_t)(T + C - 1) / C * C, cursor = 0;
+	uint64_t len = kvfs_util_align_up(hb > kb ? hb : kb, KVFS_FMT_ALIGN);
+	uint8_t *x = NULL, *y = NULL;
+	float *xf = NULL;
+	double t[PROF_REPS];
+	int fd, rc = -ENOMEM;
+
+	if (!hb || !kb)
+		return -EINVAL;
+	x = aligned_alloc(KVFS_FMT_ALIGN, len);
+	y = aligned_alloc(KVFS_FMT_ALIGN, len);
+	xf = malloc(rows * g->hidden_size * sizeof(*xf));
+	if (!x || !y || !xf)
+		goto out_free;
+	memset(x, 0, len);
+	/* Synthetic hidden states of the order of real ones. */
+	for (uint64_t i = 0; i < rows * g->hidden_size; i++)
+		xf[i] = (float)((int)(i * 2654435761u % 2001) - 1000) / 500.0f;
+	rc = kvfs_restore_from_f32(xf, g->dtype, x, rows * g->hidden_size);
+	if (rc)
+		goto out_free;
+	memset(&hc->prof, 0, sizeof(hc->prof));
+	hc->prof.io_hidden[KVFS_TIER_DRAM] = prof_dram(y, x, hb);
+	hc->prof.io_kv[KVFS_TIER_DRAM] = prof_dram(y, x, kb);
+
+	/* The projection; the first call also grows the workspace. */
+	rc = kvfs_restore_layer(hc->rst, ws, 0, x, g->dtype, 0, T, C, y,
+				g->dtype);
+	for (int i = 0; i < PROF_REPS && !rc; i++) {
+		uint64_t t0 = kvfs_util_now_mono();
+
+		rc = kvfs_restore_layer(hc->rst, ws, (uint32_t)i % g->n_layers,
+					x, g->dtype, 0, T, C, y, g->dtype);
+		t[i] = secs_since(t0);
+	}
+	if (rc)
+		goto out_free;
+	hc->prof.c_hidden = median(t, PROF_REPS);
+	hc->prof.c_token = 0;
+
+	fd = open(c->store->data_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd >= 0) {
+		double ih = prof_ssd(c, fd, y, hb, &cursor);
+		double ik = prof_ssd(c, fd, y, kb, &cursor);
+
+		close(fd);
+		if (ih >= 0 && ik >= 0) {
+			hc->prof.io_hidden[KVFS_TIER_SSD] = ih;
+			hc->prof.io_kv[KVFS_TIER_SSD] = ik;
+			hc->ssd_profiled = true;
+		}
+	}
+	if (!hc->ssd_profiled)
+		kvfs_warn("ns %s: hcache: the SSD could not be profiled "
+			  "(O_DIRECT read of %s failed): no SSD plan",
+			  ns->rec.name, c->store->data_path);
+	rc = kvfs_hsched_plan(&hc->prof, KVFS_TIER_DRAM, g->n_layers,
+			      &hc->plan[KVFS_TIER_DRAM]);
+	if (!rc && hc->ssd_profiled)
+		rc = kvfs_hsched_plan(&hc->prof, KVFS_TIER_SSD, g->n_layers,
+				      &hc->plan[KVFS_TIER_SSD]);
+	if (rc)
+		goto out_free;
+	hc->planned = true;
+	kvfs_info("ns %s: hcache profile per layer of a %u-token block: "
+		  "DRAM hidden %.1f us, KV %.1f us; SSD hidden %.1f us, KV "
+		  "%.1f us; projection %.1f us; token recomputation: no "
+		  "model runner, left out",
+		  ns->rec.name, T, hc->prof.io_hidden[KVFS_TIER_DRAM] * 1e6,
+		  hc->prof.io_kv[KVFS_TIER_DRAM] * 1e6,
+		  hc->prof.io_hidden[KVFS_TIER_SSD] * 1e6,
+		  hc->prof.io_kv[KVFS_TIER_SSD] * 1e6, hc->prof.c_hidden * 1e6);
+	for (int tier = KVFS_TIER_DRAM; tier <= KVFS_TIER_SSD; tier++) {
+		const struct kvfs_hsched_plan *p = &hc->plan[tier];
+
+		if (tier == KVFS_TIER_SSD && !hc->ssd_profiled)
+			continue;
+		kvfs_info("ns %s: hcache plan for blocks read from %s: %s, "
+			  "%u hidden + %u KV + %u recomputed layers, "
+			  "predicted %.1f us (I/O %.1f, compute %.1f)",
+			  ns->rec.name, kvfs_tier_name(tier),
+			  mode_name(p->mode), p->n_hidden, p->n_kv,
+			  p->n_recompute, p->t_total * 1e6, p->t_io * 1e6,
+			  p->t_compute * 1e6);
+	}
+out_free:
+	free(x);
+	free(y);
+	free(xf);
+	return rc;
+}
+
+/* What HIDDEN writes to @ns are kept as, from its store_as and plans. */
+static int hc_decide(struct kvfs_ns *ns)
+{
+	struct kvfs_hc_ns *hc = &ns->hc;
+	const struct kvfs_geom *g = &ns->geom;
+	struct kvfs_hsched_plan plans[2];
+	uint32_t first_kv = g->n_layers;
+	size_t np = 0;
+	uint8_t *fl;
+	int rc;
+
+	switch (ns->rec.store_as) {
+	case KVFS_STORE_KV:
+		hc->keep_hidden = false;
+		return 0;
+	case KVFS_STORE_HIDDEN:
+		hc->keep_hidden = true;
+		if (!kvfs_hsched_hidden_smaller(g->hidden_size, g->n_kv_heads,
+						g->head_dim))
+			kvfs_warn("ns %s: store_as = hidden although hidden "
+				  "states (%u per token) are not smaller than "
+				  "K+V (%u): they take more room",
+				  ns->rec.name, g->hidden_size,
+				  2 * g->n_kv_heads * g->head_dim);
+		return 0;
+	case KVFS_STORE_AUTO:
+		break;
+	default:
+		kvfs_err("ns %s: unknown store_as %u in the namespace record",
+			 ns->rec.name, ns->rec.store_as);
+		return -EUCLEAN;
+	}
+	if (hc->planned)
+		plans[np++] = hc->plan[KVFS_TIER_DRAM];
+	if (hc->planned && hc->ssd_profiled)
+		plans[np++] = hc->plan[KVFS_TIER_SSD];
+	fl = calloc(g->n_layers, 1);
+	if (!fl)
+		return -ENOMEM;
+	rc = kvfs_hsched_store_auto(g->hidden_size, g->n_kv_heads,
+				    g->head_dim, plans, np, g->n_layers, fl);
+	if (rc)
+		goto out_free;
+	hc->keep_hidden = fl[0] & KVFS_HSCHED_STORE_HIDDEN;
+	for (uint32_t l = 0; l < g->n_layers; l++)
+		if ((fl[l] & KVFS_HSCHED_STORE_KV) && first_kv == g->n_layers)
+			first_kv = l;
+	if (!hc->keep_hidden)
+		kvfs_info("ns %s: store_as = auto: hidden states (%u per "
+			  "token) are not smaller than K+V (%u): HIDDEN writes "
+			  "are stored as KV", ns->rec.name, g->hidden_size,
+			  2 * g->n_kv_heads * g->head_dim);
+	else if (first_kv < g->n_layers)
+		kvfs_info("ns %s: store_as = auto: hidden states for every "
+			  "layer; the schedule would also keep K and V of "
+			  "layers %u..%u, which kvfs does not do (one stored "
+			  "form per block): every layer is restored",
+			  ns->rec.name, first_kv, g->n_layers - 1);
+	else
+		kvfs_info("ns %s: store_as = auto: hidden states for every "
+			  "layer", ns->rec.name);
+out_free:
+	free(fl);
+	return rc;
+}
+
+static const struct kvfs_conf_ns *conf_ns(struct kvfs_cache *c,
+					  const char *name)
+{
+	for (size_t i = 0; i < c->conf.n_ns; i++)
+		if (!strcmp(c->conf.ns[i].name, name))
+			return &c->conf.ns[i];
+	return NULL;
+}
+
+static int hc_load(struct kvfs_cache *c, struct kvfs_ns *ns,
+		   const struct kvfs_conf_ns *cn, struct kvfs_restore_ws *ws)
+{
+	struct kvfs_restore_model m = {
+		.family = cn->hc.family,
+		.n_layers = ns->geom.n_layers,
+		.hidden_size = ns->geom.hidden_size,
+		.n_kv_heads = ns->geom.n_kv_heads,
+		.head_dim = ns->geom.head_dim,
+		.rms_norm_eps = cn->hc.rms_norm_eps,
+		.rope_theta = cn->hc.rope_theta,
+		.rope_type = cn->hc.rope_type,
+		.rope_factor = cn->hc.rope_factor,
+		.rope_low_freq_factor = cn->hc.rope_low_freq_factor,
+		.rope_high_freq_factor = cn->hc.rope_high_freq_factor,
+		.rope_orig_max_pos = cn->hc.rope_orig_max_pos,
+	};
+	int rc;
+
+	rc = kvfs_restore_model_check(&m);
+	if (!rc)
+		rc = kvfs_restore_load(&m, cn->hc.weights, 0, &ns->hc.rst);
+	if (rc) {
+		kvfs_err("namespace %s: checkpoint %s refused (%s; the line "
+			 "above names the tensor): not starting",
+			 ns->rec.name, cn->hc.weights, strerror(-rc));
+		return rc;
+	}
+	kvfs_info("namespace %s: checkpoint %s loaded for hidden-state "
+		  "restoration (%" PRIu64 " bytes of converted weights)",
+		  ns->rec.name, cn->hc.weights,
+		  kvfs_restore_mem_bytes(ns->hc.rst));
+	rc = hc_profile(c, ns, ws);
+	if (rc)
+		kvfs_warn("ns %s: hcache profiling failed (%s): no plan",
+			  ns->rec.name, strerror(-rc));
+	return hc_decide(ns);
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+int kvfs_rpool_start(struct kvfs_cache *c)
+{
+	struct kvfs_restore_ws *ws = NULL;
+	struct kvfs_rpool *rp;
+	unsigned want = 0;
+	int rc = 0;
+
+	rp = calloc(1, sizeof(*rp));
+	if (!rp)
+		return -ENOMEM;
+	pthread_mutex_init(&rp->lock, NULL);
+	pthread_cond_init(&rp->work, NULL);
+	pthread_cond_init(&rp->done, NULL);
+	c->rpool = rp;
+	rc = kvfs_restore_ws_alloc(&ws);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->n_ns && !rc; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+		const struct kvfs_conf_ns *cn = conf_ns(c, ns->rec.name);
+
+		if (!cn || !cn->hc.weights[0])
+			continue;
+		rc = hc_load(c, ns, cn, ws);
+		want = RPOOL_THREADS;
+	}
+	kvfs_restore_ws_free(ws);
+	if (rc || !want || (c->flags & KVFS_CACHE_NOTHREADS))
+		return rc;
+	/* OpenBLAS's workers are process-wide: share the CPUs between the
+	 * restoration threads (and keep some for the FUSE workers).
+	 */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int blas = cpus > 0 ? (int)(cpus / (long)want) : 1;
+
+	kvfs_restore_set_blas_threads(blas < 1 ? 1 : blas > 4 ? 4 : blas);
+	for (unsigned i = 0; i < want; i++) {
+		rc = -pthread_create(&rp->thr[i], NULL, rpool_main, c);
+		if (rc) {
+			kvfs_err("starting a restoration thread failed: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		rp->n_threads++;
+	}
+	kvfs_info("%u restoration threads started", rp->n_threads);
+	return 0;
+}
+
+void kvfs_rpool_stop(struct kvfs_cache *c)
+{
+	struct kvfs_rpool *rp = c->rpool;
+	unsigned n;
+
+	if (!rp)
+		return;
+	pthread_mutex_lock(&rp->lock);
+	rp->stop = true;
+	n = rp->n_threads;
+	pthread_cond_broadcast(&rp->work);
+	pthread_mutex_unlock(&rp->lock);
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(rp->thr[i], NULL);
+	pthread_mutex_lock(&rp->lock);
+	rp->n_threads = 0;
+	pthread_mutex_unlock(&rp->lock);
+}
+
+void kvfs_rpool_free(struct kvfs_cache *c)
+{
+	struct kvfs_rpool *rp = c->rpool;
+
+	if (rp) {
+		kvfs_rpool_stop(c);
+		pthread_mutex_destroy(&rp->lock);
+		pthread_cond_destroy(&rp->work);
+		pthread_cond_destroy(&rp->done);
+		free(rp);
+		c->rpool = NULL;
+	}
+	for (size_t i = 0; i < c->n_ns; i++) {
+		kvfs_restore_free(c->ns[i].hc.rst);
+		c->ns[i].hc.rst = NULL;
+	}
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static const char *const store_names[] = { "kv", "hidden", "auto" };
+
+void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
+{
+	uint64_t stored = atomic_load(&c->st_hidden_stored);
+	uint64_t kv = atomic_load(&c->st_hidden_kv);
+
+#define CS(k, v) fprintf(f, "%s %" PRIu64 "\n", k, (uint64_t)(v))
+	CS("cache.hidden_blocks", atomic_load(&c->st_hidden_blocks));
+	CS("cache.hidden_stored_bytes", stored);
+	CS("cache.hidden_kv_bytes", kv);
+	fprintf(f, "cache.hidden_bytes_saved %" PRId64 "\n",
+		(int64_t)(kv - stored));
+	CS("restore.blocks", atomic_load(&c->st_restores));
+	CS("restore.ns_total", atomic_load(&c->st_restore_ns));
+	CS("restore.waits", atomic_load(&c->st_restore_waits));
+	CS("restore.joined", atomic_load(&c->st_restore_joined));
+	CS("restore.ahead", atomic_load(&c->st_restore_ahead));
+	CS("restore.private", atomic_load(&c->st_restore_private));
+	CS("restore.errors", atomic_load(&c->st_restore_errors));
+	CS("restore.commit_conversions", atomic_load(&c->st_converted));
+	CS("restore.threads", c->rpool ? c->rpool->n_threads : 0);
+#undef CS
+	for (size_t i = 0; i < c->n_ns; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+		struct kvfs_hc_ns *hc = &ns->hc;
+		const char *nm = ns->rec.name;
+
+		if (!hc->rst && !atomic_load(&hc->hidden_blocks))
+			continue;
+#define NS(k, fmt, v) fprintf(f, "ns.%s.hcache.%s " fmt "\n", nm, k, v)
+		NS("store_as", "%s",
+		   ns->rec.store_as <= KVFS_STORE_AUTO ?
+			   store_names[ns->rec.store_as] :
+			   "unknown");
+		NS("hidden_writes_kept_as", "%s",
+		   hc->keep_hidden ? "hidden" : "kv");
+		NS("weights", "%d", hc->rst ? 1 : 0);
+		NS("hidden_blocks", "%" PRIu64,
+		   (uint64_t)atomic_load(&hc->hidden_blocks));
+		NS("restored", "%" PRIu64,
+		   (uint64_t)atomic_load(&hc->restored));
+		NS("converted", "%" PRIu64,
+		   (uint64_t)atomic_load(&hc->converted));
+		if (!hc->planned)
+			continue;
+		NS("profile.compute_ns", "%" PRIu64,
+		   (uint64_t)llround(hc->prof.c_hidden * 1e9));
+		NS("profile.recompute", "%s", "none");
+		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
+			const struct kvfs_hsched_plan *p = &hc->plan[t];
+			const char *tn = kvfs_tier_name(t);
+
+			if (t == KVFS_TIER_SSD && !hc->ssd_profiled)
+				continue;
+#define TS(a, b, fmt, v) \
+	fprintf(f, "ns.%s.hcache.%s.%s.%s " fmt "\n", nm, a, tn, b, v)
+			TS("profile", "io_hidden_ns", "%" PRIu64,
+			   (uint64_t)llround(hc->prof.io_hidden[t] * 1e9));
+			TS("profile", "io_kv_ns", "%" PRIu64,
+			   (uint64_t)llround(hc->prof.io_kv[t] * 1e9));
+			TS("plan", "mode", "%s", mode_name(p->mode));
+			TS("plan", "hidden_layers", "%u", p->n_hidden);
+			TS("plan", "kv_layers", "%u", p->n_kv);
+			TS("plan", "recompute_layers", "%u", p->n_recompute);
+			TS("plan", "t_total_ns", "%" PRIu64,
+			   (uint64_t)llround(p->t_total * 1e9));
+#undef TS
+		}
+#undef NS
+	}
+}

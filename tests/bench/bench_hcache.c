@@ -1,0 +1,553 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hidden-state restoration benchmarks (HCache, docs/hcache.md), run by
+ * tests/bench/run.sh.  CPU only: the GPU path does not exist yet.
+ *
+ *   [8] restoration throughput against the raw sgemm throughput of the
+ *       same OpenBLAS on the same shapes ([tokens x hidden] x [hidden x
+ *       kv_dim], twice per layer), samples alternating, for a
+ *       Llama-2-7B-like layer (MHA: hidden 4096, 32 KV heads of 128) and
+ *       a Llama-3-8B-like one (GQA: 8 KV heads);
+ *   [9] one block (64 tokens, the paper's chunk, --layers layers of the
+ *       7B-like model): restore from DRAM against loading its KV form from
+ *       DRAM (memcpy), and from the SSD (O_DIRECT read of the hidden image,
+ *       then restore) against an O_DIRECT read of the KV image;
+ *       The per-layer times of [9] also feed the daemon's schedule
+ *       (kvfs_hsched_plan) for a 32-layer model, printed as information;
+ *   [10] bytes stored per token, hidden against KV, both geometries, bf16
+ *       (arithmetic, no measurement).
+ *
+ * The checkpoints are real safetensors files of random BF16 weights with
+ * --layers layers (default 4: 256 MiB for the 7B-like model); per-token
+ * figures for the whole model scale the per-layer time by 32.  Medians of
+ * --iters samples.
+ *
+ *   bench_hcache [--dir DIR] [--layers N] [--iters N] [--summary FILE]
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/hsched.h"
+#include "gpu/restore.h"
+#include "meta/fmt.h"
+
+#define FULL_LAYERS 32
+#define HIDDEN 4096
+#define HEAD_DIM 128
+#define BLOCK_TOKENS 64
+#define SSD_COPIES 16
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+static void summary(const char *file, const char *label, double k, double b,
+		    const char *unit)
+{
+	FILE *f = file ? fopen(file, "a") : NULL;
+
+	printf("    kvfs      %12.2f %s\n    baseline  %12.2f %s\n"
+	       "    ratio     %12.2f\n",
+	       k, unit, b, unit, b > 0 ? k / b : 0);
+	if (!f)
+		return;
+	fprintf(f, "%s|%.2f|%.2f|%s|%.2f|-\n", label, k, b, unit,
+		b > 0 ? k / b : 0);
+	fclose(f);
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* A bf16 value of magnitude 2^-7..2^-5 (weights of a 4096-wide layer). */
+static uint16_t wval(void)
+{
+	uint64_t r = rnd();
+
+	return (uint16_t)((r & 1) << 15 | (uint64_t)(120 + r % 3) << 7 |
+			  (r >> 8 & 0x7f));
+}
+
+/* A checkpoint with the tensors restoration reads, as BF16. */
+static int write_ckpt(const char *path, uint32_t L, uint32_t kvd)
+{
+	size_t cap = 256 + (size_t)L * 3 * 200, o = 0;
+	uint64_t off = 0, hlen;
+	char *hdr = malloc(cap);
+	uint16_t *buf = malloc((size_t)kvd * HIDDEN * 2);
+	FILE *f = fopen(path, "wb");
+
+	if (!hdr || !buf || !f)
+		goto out_fail;
+	o += (size_t)snprintf(hdr + o, cap - o, "{");
+	for (uint32_t l = 0; l < L; l++) {
+		uint64_t nb = HIDDEN * 2ull, wb = (uint64_t)kvd * HIDDEN * 2;
+
+		o += (size_t)snprintf(
+			hdr + o, cap - o,
+			"%s\"model.layers.%u.input_layernorm.weight\":"
+			"{\"dtype\":\"BF16\",\"shape\":[%u],\"data_offsets\":"
+			"[%llu,%llu]},",
+			l ? "," : "", l, HIDDEN, (unsigned long long)off,
+			(unsigned long long)(off + nb));
+		off += nb;
+		for (int kv = 0; kv < 2; kv++) {
+			o += (size_t)snprintf(
+				hdr + o, cap - o,
+				"\"model.layers.%u.self_attn.%c_proj.weight\":"
+				"{\"dtype\":\"BF16\",\"shape\":[%u,%u],"
+				"\"data_offsets\":[%llu,%llu]}%s",
+				l, kv ? 'v' : 'k', kvd, HIDDEN,
+				(unsigned long long)off,
+				(unsigned long long)(off + wb), kv ? "" : ",");
+			off += wb;
+		}
+	}
+	o += (size_t)snprintf(hdr + o, cap - o, "}");
+	while (o % 8)
+		hdr[o++] = ' ';
+	hlen = o;
+	if (fwrite(&hlen, 8, 1, f) != 1 || fwrite(hdr, 1, o, f) != o)
+		goto out_fail;
+	for (uint32_t l = 0; l < L; l++) {
+		for (uint32_t j = 0; j < HIDDEN; j++)
+			buf[j] = 0x3f80; /* norm weights 1.0 */
+		if (fwrite(buf, 2, HIDDEN, f) != HIDDEN)
+			goto out_fail;
+		for (int kv = 0; kv < 2; kv++) {
+			for (size_t j = 0; j < (size_t)kvd * HIDDEN; j++)
+				buf[j] = wval();
+			if (fwrite(buf, 2, (size_t)kvd * HIDDEN, f) !=
+			    (size_t)kvd * HIDDEN)
+				goto out_fail;
+		}
+	}
+	free(hdr);
+	free(buf);
+	return fclose(f) ? -EIO : 0;
+out_fail:
+	free(hdr);
+	free(buf);
+	if (f)
+		fclose(f);
+	return -EIO;
+}
+
+struct model {
+	const char *name;
+	uint32_t kvh;
+	struct kvfs_restore *r;
+	struct kvfs_restore_model m;
+};
+
+static int load(struct model *md, const char *dir, uint32_t L)
+{
+	char path[4096];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/bench-hcache-%s.safetensors", dir,
+		 md->name);
+	md->m = (struct kvfs_restore_model){
+		.family = KVFS_FAMILY_LLAMA, .n_layers = L,
+		.hidden_size = HIDDEN, .n_kv_heads = md->kvh,
+		.head_dim = HEAD_DIM, .rms_norm_eps = 1e-5,
+		.rope_theta = 10000, .rope_type = KVFS_ROPE_DEFAULT,
+	};
+	rc = write_ckpt(path, L, md->kvh * HEAD_DIM);
+	if (!rc)
+		rc = kvfs_restore_load(&md->m, path, 0, &md->r);
+	unlink(path); /* the mapping keeps what restoration needs */
+	return rc;
+}
+
+static void fill_hidden(uint8_t *x, size_t n)
+{
+	uint16_t *p = (uint16_t *)x;
+
+	/* bf16 values of magnitude 2^-1..2^2, either sign */
+	for (size_t i = 0; i < n / 2; i++)
+		p[i] = (uint16_t)((rnd() & 1) << 15 |
+				  (uint64_t)(126 + rnd() % 3) << 7 |
+				  (rnd() & 0x7f));
+}
+
+/* [8]: one layer of @n tokens, restore against two sgemm. */
+static void fig_throughput(struct model *md, uint32_t n, int iters,
+			   const char *summ)
+{
+	const struct kvfs_restore_model *m = &md->m;
+	uint32_t kvd = m->n_kv_heads * m->head_dim;
+	uint64_t hb = kvfs_restore_hidden_layer_bytes(m, n, n, KVFS_DTYPE_BF16);
+	uint64_t kb = kvfs_restore_kv_layer_bytes(m, n, n, KVFS_DTYPE_BF16);
+	uint8_t *x = malloc(hb), *kv = malloc(kb);
+	float *xf = malloc((size_t)n * HIDDEN * 4);
+	float *w = malloc((size_t)kvd * HIDDEN * 4);
+	float *c = malloc((size_t)n * kvd * 4);
+	double *tr = calloc((size_t)iters, sizeof(double));
+	double *ts = calloc((size_t)iters, sizeof(double));
+	struct kvfs_restore_ws *ws = NULL;
+	char label[128];
+
+	if (!x || !kv || !xf || !w || !c || !tr || !ts ||
+	    kvfs_restore_ws_alloc(&ws)) {
+		printf("    (no figure: out of memory)\n");
+		goto out_free;
+	}
+	fill_hidden(x, hb);
+	for (size_t i = 0; i < (size_t)n * HIDDEN; i++)
+		xf[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
+	for (size_t i = 0; i < (size_t)kvd * HIDDEN; i++)
+		w[i] = (float)(rnd() % 2001) / 64000.0f - 0.015625f;
+	/* warm-up: workspace, pages, BLAS threads */
+	kvfs_restore_layer(md->r, ws, 0, x, KVFS_DTYPE_BF16, 100, n, n, kv,
+			   KVFS_DTYPE_BF16);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)kvd,
+		    HIDDEN, 1.0f, xf, HIDDEN, w, HIDDEN, 0.0f, c, (int)kvd);
+	for (int i = 0; i < iters; i++) {
+		uint64_t t0 = now_ns();
+
+		if (kvfs_restore_layer(md->r, ws, (uint32_t)i % m->n_layers, x,
+				       KVFS_DTYPE_BF16, 100, n, n, kv,
+				       KVFS_DTYPE_BF16)) {
+			printf("    (no figure: restore failed)\n");
+			goto out_free;
+		}
+		tr[i] = (double)(now_ns() - t0) * 1e-9;
+		t0 = now_ns();
+		for (int k = 0; k < 2; k++)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)n, (int)kvd, HIDDEN, 1.0f, xf, HIDDEN,
+				    w, HIDDEN, 0.0f, c, (int)kvd);
+		ts[i] = (double)(now_ns() - t0) * 1e-9;
+	}
+	double r = median(tr, iters), s = median(ts, iters);
+	double gf = 4.0 * n * kvd * HIDDEN / s * 1e-9;
+
+	printf("  %u tokens per call: restore %.3f ms/layer, sgemm x2 %.3f "
+	       "ms/layer (%.1f GFLOP/s)\n", n, r * 1e3, s * 1e3, gf);
+	snprintf(label, sizeof(label), "[8] restore %s %u tok", md->name, n);
+	summary(summ, label, n / (r * FULL_LAYERS), n / (s * FULL_LAYERS),
+		"tok/s");
+out_free:
+	kvfs_restore_ws_free(ws);
+	free(x);
+	free(kv);
+	free(xf);
+	free(w);
+	free(c);
+	free(tr);
+	free(ts);
+}
+
+/* One block of the 7B-like model: its hidden and KV images and the
+ * restore arguments.
+ */
+struct blk {
+	uint32_t n;
+	uint64_t hb, kb;
+	uint8_t *h, *kv, *kv2;
+	struct kvfs_restore_io io;
+};
+
+static int blk_init(struct blk *b, const struct model *md)
+{
+	const struct kvfs_restore_model *m = &md->m;
+
+	memset(b, 0, sizeof(*b));
+	b->n = BLOCK_TOKENS;
+	b->hb = kvfs_restore_hidden_layer_bytes(m, b->n, 16,
+						KVFS_DTYPE_BF16) * m->n_layers;
+	b->kb = kvfs_restore_kv_layer_bytes(m, b->n, 16, KVFS_DTYPE_BF16) *
+		m->n_layers;
+	b->h = aligned_alloc(4096, b->hb);
+	b->kv = aligned_alloc(4096, b->kb);
+	b->kv2 = aligned_alloc(4096, b->kb);
+	if (!b->h || !b->kv || !b->kv2)
+		return -ENOMEM;
+	fill_hidden(b->h, b->hb);
+	memset(b->kv2, 0x11, b->kb);
+	b->io = (struct kvfs_restore_io){
+		.hidden = b->h, .hidden_len = b->hb,
+		.hidden_dtype = KVFS_DTYPE_BF16, .kv = b->kv,
+		.kv_len = b->kb, .kv_dtype = KVFS_DTYPE_BF16,
+		.start_pos = 4096, .n_tokens = b->n, .chunk_tokens = 16,
+	};
+	return 0;
+}
+
+static void blk_release(struct blk *b)
+{
+	free(b->h);
+	free(b->kv);
+	free(b->kv2);
+}
+
+/* [9a]: restore from a hidden image in DRAM against a memcpy of the KV
+ * image.
+ */
+static void fig_block_dram(struct model *md, struct blk *b,
+			   struct kvfs_restore_ws *ws, int iters,
+			   const char *summ, struct kvfs_hsched_profile *prof)
+{
+	double *t1 = calloc((size_t)iters, sizeof(double));
+	double *t2 = calloc((size_t)iters, sizeof(double));
+	double *t3 = calloc((size_t)iters, sizeof(double));
+	double L = md->m.n_layers;
+
+	if (!t1 || !t2 || !t3)
+		goto out_free;
+	kvfs_restore_block(md->r, ws, &b->io);
+	memcpy(b->kv, b->kv2, b->kb);
+	for (int i = 0; i < iters; i++) {
+		uint64_t t0 = now_ns();
+
+		kvfs_restore_block(md->r, ws, &b->io);
+		t1[i] = (double)(now_ns() - t0) * 1e-9;
+		t0 = now_ns();
+		memcpy(b->kv, b->kv2, b->kb);
+		t2[i] = (double)(now_ns() - t0) * 1e-9;
+		t0 = now_ns();
+		memcpy(b->kv, b->h, b->hb);
+		t3[i] = (double)(now_ns() - t0) * 1e-9;
+	}
+	prof->c_hidden = median(t1, iters) / L;
+	prof->io_kv[KVFS_TIER_DRAM] = median(t2, iters) / L;
+	prof->io_hidden[KVFS_TIER_DRAM] = median(t3, iters) / L;
+	printf("  block of %u tokens x %u layers: hidden %llu KiB, KV %llu "
+	       "KiB; restore %.3f ms, KV memcpy %.3f ms\n",
+	       b->n, md->m.n_layers, (unsigned long long)(b->hb >> 10),
+	       (unsigned long long)(b->kb >> 10), median(t1, iters) * 1e3,
+	       median(t2, iters) * 1e3);
+	summary(summ, "[9a] block from DRAM", b->n / median(t1, iters),
+		b->n / median(t2, iters), "tok/s");
+out_free:
+	free(t1);
+	free(t2);
+	free(t3);
+}
+
+/* [9b]: SSD_COPIES hidden images then as many KV images in a file under
+ * @dir, read back with O_DIRECT at rotating offsets: read + restore of a
+ * hidden image against the read of a KV image.
+ */
+static void fig_block_ssd(struct model *md, struct blk *b,
+			  struct kvfs_restore_ws *ws, const char *dir,
+			  int iters, const char *summ,
+			  struct kvfs_hsched_profile *prof)
+{
+	double *t1 = calloc((size_t)iters, sizeof(double));
+	double *t2 = calloc((size_t)iters, sizeof(double));
+	double *t3 = calloc((size_t)iters, sizeof(double));
+	uint64_t kbase = SSD_COPIES * b->hb;
+	char path[4096];
+	int fd = -1;
+
+	snprintf(path, sizeof(path), "%s/bench-hcache-ssd.data", dir);
+	if (!t1 || !t2 || !t3)
+		goto out_fail;
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto out_fail;
+	for (int i = 0; i < SSD_COPIES; i++)
+		if (pwrite(fd, b->h, b->hb, (off_t)(i * b->hb)) !=
+		    (ssize_t)b->hb)
+			goto out_fail;
+	for (int i = 0; i < SSD_COPIES; i++)
+		if (pwrite(fd, b->kv2, b->kb, (off_t)(kbase + i * b->kb)) !=
+		    (ssize_t)b->kb)
+			goto out_fail;
+	if (fdatasync(fd))
+		goto out_fail;
+	close(fd);
+	/* O_DIRECT: the page cache must not serve the reads */
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	unlink(path);
+	if (fd < 0)
+		goto out_fail;
+	for (int i = 0; i < iters; i++) {
+		int j = i % SSD_COPIES;
+		uint64_t t0 = now_ns();
+
+		if (pread(fd, b->h, b->hb, (off_t)(j * b->hb)) !=
+		    (ssize_t)b->hb)
+			goto out_fail;
+		t3[i] = (double)(now_ns() - t0) * 1e-9;
+		kvfs_restore_block(md->r, ws, &b->io);
+		t1[i] = (double)(now_ns() - t0) * 1e-9;
+		t0 = now_ns();
+		if (pread(fd, b->kv, b->kb, (off_t)(kbase + j * b->kb)) !=
+		    (ssize_t)b->kb)
+			goto out_fail;
+		t2[i] = (double)(now_ns() - t0) * 1e-9;
+	}
+	close(fd);
+	prof->io_hidden[KVFS_TIER_SSD] = median(t3, iters) / md->m.n_layers;
+	prof->io_kv[KVFS_TIER_SSD] = median(t2, iters) / md->m.n_layers;
+	printf("  SSD: hidden read %.3f ms + restore = %.3f ms; KV read "
+	       "%.3f ms (read then restore, not overlapped)\n",
+	       median(t3, iters) * 1e3, median(t1, iters) * 1e3,
+	       median(t2, iters) * 1e3);
+	summary(summ, "[9b] block from SSD", b->n / median(t1, iters),
+		b->n / median(t2, iters), "tok/s");
+	goto out_free;
+out_fail:
+	printf("    (no figure: the file under %s could not be written or "
+	       "read with O_DIRECT)\n", dir);
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+out_free:
+	free(t1);
+	free(t2);
+	free(t3);
+}
+
+/* [10]: bytes per token of each form, bf16, and of a 16-token block file
+ * (header and token ids included).
+ */
+static void fig_bytes(const char *name, uint32_t kvh, const char *summ)
+{
+	struct kvfs_geom g = {
+		.n_layers = FULL_LAYERS, .n_kv_heads = kvh,
+		.head_dim = HEAD_DIM, .hidden_size = HIDDEN,
+		.block_tokens = 16, .chunk_tokens = 16,
+		.dtype = KVFS_DTYPE_BF16,
+	};
+	double h = FULL_LAYERS * HIDDEN * 2.0 / 1024;
+	double kv = FULL_LAYERS * 2.0 * kvh * HEAD_DIM * 2 / 1024;
+	char label[96];
+
+	printf("\n[10] bytes stored per token, %s (32 layers, %u KV heads, "
+	       "bf16): hidden %.0f KiB, KV %.0f KiB; 16-token block files "
+	       "%.1f / %.1f KiB per token\n", name, kvh, h, kv,
+	       kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, 16) / 16.0 / 1024,
+	       kvfs_fmt_file_size(&g, KVFS_KIND_KV, 16) / 16.0 / 1024);
+	snprintf(label, sizeof(label), "[10] stored/token %s (hid/KV)", name);
+	summary(summ, label, h, kv, "KiB");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "layers", required_argument, NULL, 'l' },
+		{ "iters", required_argument, NULL, 'i' },
+		{ "summary", required_argument, NULL, 's' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct model mha = { .name = "7B-like", .kvh = 32 };
+	struct model gqa = { .name = "8B-like", .kvh = 8 };
+	const char *dir = "/tmp", *summ = NULL;
+	int layers = 4, iters = 21, ch;
+
+	while ((ch = getopt_long(argc, argv, "d:l:i:s:", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'd':
+			dir = optarg;
+			break;
+		case 'l':
+			layers = atoi(optarg);
+			break;
+		case 'i':
+			iters = atoi(optarg);
+			break;
+		case 's':
+			summ = optarg;
+			break;
+		default:
+			fprintf(stderr, "usage: bench_hcache [--dir DIR] "
+					"[--layers N] [--iters N] "
+					"[--summary FILE]\n");
+			return 2;
+		}
+	}
+	if (layers < 1 || layers > FULL_LAYERS || iters < 1) {
+		fprintf(stderr, "bench_hcache: bad --layers or --iters\n");
+		return 2;
+	}
+	kvfs_restore_set_blas_threads(0);
+	printf("\nhidden-state restoration, CPU (OpenBLAS, %d threads), "
+	       "%d-layer checkpoints of random BF16 weights in %s\n",
+	       openblas_get_num_threads(), layers, dir);
+	if (load(&mha, dir, (uint32_t)layers) ||
+	    load(&gqa, dir, (uint32_t)layers)) {
+		fprintf(stderr, "bench_hcache: writing or loading a checkpoint "
+				"in %s failed\n", dir);
+		return 1;
+	}
+	printf("\n[8] restoration against raw sgemm, same shapes "
+	       "(tokens/s for all 32 layers = per-layer rate / 32)\n");
+	for (int g = 0; g < 2; g++) {
+		struct model *md = g ? &gqa : &mha;
+		static const uint32_t ns[] = { 64, 1024 };
+
+		printf(" %s (hidden %u, %u KV heads x %u):\n", md->name, HIDDEN,
+		       md->kvh, HEAD_DIM);
+		for (size_t i = 0; i < 2; i++)
+			fig_throughput(md, ns[i], iters, summ);
+	}
+
+	struct kvfs_hsched_profile prof = { 0 };
+	struct kvfs_restore_ws *ws = NULL;
+	struct blk b = { 0 };
+
+	printf("\n[9] one block of the 7B-like model, %d layers\n", layers);
+	if (kvfs_restore_ws_alloc(&ws) || blk_init(&b, &mha)) {
+		printf("    (no figure: out of memory)\n");
+	} else {
+		fig_block_dram(&mha, &b, ws, iters, summ, &prof);
+		fig_block_ssd(&mha, &b, ws, dir, iters, summ, &prof);
+		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
+			struct kvfs_hsched_plan p;
+
+			if (kvfs_hsched_plan(&prof, t, FULL_LAYERS, &p))
+				continue;
+			printf("  schedule for 32 layers read from %s "
+			       "(per-layer times above, no recompute): %u "
+			       "hidden + %u KV layers, %.1f ms predicted\n",
+			       t == KVFS_TIER_DRAM ? "DRAM" : "the SSD",
+			       p.n_hidden, p.n_kv, p.t_total * 1e3);
+		}
+	}
+	blk_release(&b);
+	kvfs_restore_ws_free(ws);
+	fig_bytes("7B-like", 32, summ);
+	fig_bytes("8B-like", 8, summ);
+	printf("\nGPU restoration (cuBLAS + RoPE kernel) does not exist yet: "
+	       "no GPU figures.\n");
+	kvfs_restore_free(mha.r);
+	kvfs_restore_free(gqa.r);
+	return 0;
+}

@@ -1,0 +1,1099 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hidden-state restoration through a live mount (run by test_hcache.sh).
+ *
+ *   hcache_client setup DIR        write the checkpoints (real safetensors
+ *                                  files, good and bad) and DIR/ns.conf
+ *   hcache_client write MNT        write HIDDEN blocks (and a few others)
+ *   hcache_client check MNT        read every block back and compare each
+ *                                  element with a double-precision
+ *                                  reference computed here
+ *   hcache_client concurrent MNT   one restoration for many readers,
+ *                                  FETCH into the pool, PREFETCH (on
+ *                                  blocks not read since the mount)
+ *   hcache_client stats MNT        the counters after all of that
+ *
+ * Models (weights generated from a seeded PRNG, values exact in their
+ * dtype): a Llama MHA model with F32 weights, a Llama MHA model with BF16
+ * weights and llama3 RoPE scaling, and a Qwen2 GQA model with K/V biases.
+ * Namespaces: lf32 (f32 blocks, store_as hidden), lbf16 (bf16, auto: MHA
+ * keeps hidden states), q2 (bf16, auto: GQA stores KV), q2h (bf16, hidden
+ * although GQA), lkv (bf16, kv: converted at commit), plain (no weights).
+ * Each holds one chain of 4 blocks of 16-token blocks in 4-token chunks:
+ * start positions 0, 16, 32, 48, the last block 11 tokens (a partial
+ * last chunk).
+ *
+ * The reference decodes the stored weights and inputs itself and computes
+ * RMSNorm, both projections (plus biases) and rotate-half RoPE in double.
+ * Tolerance on |restored - reference|, by the namespace dtype:
+ *   f32:  1e-5 * |ref| + 2e-5
+ *   bf16: 2^-8 * |ref| + 2e-5   (half an ulp of bf16)
+ * The 2e-5 covers the f32 arithmetic of the restoration (sums of at most
+ * 64 products of values of order 1).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fs/kvfs_ctl.h"
+#include "meta/fmt.h"
+
+#define NBLK 4
+#define BT 16 /* block_tokens */
+#define CT 4  /* chunk_tokens */
+#define NREADERS 8
+
+static const char *mnt;
+
+/* ------------------------------------------------------ models and specs */
+
+enum { FAM_LLAMA = 1, FAM_QWEN2 = 2 };
+enum { ROPE_DEFAULT, ROPE_LLAMA3 };
+
+struct mspec {
+	const char *file;
+	const char *family;
+	uint32_t L, H, kvh, hd;
+	uint16_t wdt;
+	bool bias;
+	int rope;
+	double theta, eps, factor, lo, hi;
+	uint32_t orig;
+	uint64_t seed;
+};
+
+static const struct mspec models[] = {
+	{ "llama_f32.safetensors", "llama", 3, 64, 4, 16, KVFS_DTYPE_F32,
+	  false, ROPE_DEFAULT, 10000, 1e-5, 0, 0, 0, 0, 11 },
+	/* orig 32 with head_dim 16 puts the wavelengths in all three
+	 * llama3 bands.
+	 */
+	{ "llama_bf16.safetensors", "llama", 2, 64, 4, 16, KVFS_DTYPE_BF16,
+	  false, ROPE_LLAMA3, 500000, 1e-5, 8, 1, 4, 32, 12 },
+	{ "qwen2.safetensors", "qwen2", 2, 64, 2, 8, KVFS_DTYPE_BF16, true,
+	  ROPE_DEFAULT, 1000000, 1e-6, 0, 0, 0, 0, 13 },
+};
+
+struct nspec {
+	const char *name;
+	int model;             /* -1: no weights */
+	uint16_t dtype;
+	const char *store_as;  /* NULL: not set */
+	const char *stored;    /* what user.kvfs.stored_as must say */
+	uint64_t seed;
+};
+
+static const struct nspec nss[] = {
+	{ "lf32", 0, KVFS_DTYPE_F32, "hidden", "hidden", 101 },
+	{ "lbf16", 1, KVFS_DTYPE_BF16, "auto", "hidden", 102 },
+	{ "q2", 2, KVFS_DTYPE_BF16, "auto", "kv", 103 },
+	{ "q2h", 2, KVFS_DTYPE_BF16, "hidden", "hidden", 104 },
+	{ "lkv", 0, KVFS_DTYPE_BF16, "kv", "kv", 105 },
+};
+#define NNS (sizeof(nss) / sizeof(nss[0]))
+static const uint32_t ntok[NBLK] = { 16, 16, 16, 11 };
+
+static struct kvfs_geom geom_of(const struct mspec *m, uint16_t dtype)
+{
+	return (struct kvfs_geom){ .n_layers = m->L, .n_kv_heads = m->kvh,
+				   .head_dim = m->hd, .hidden_size = m->H,
+				   .block_tokens = BT, .chunk_tokens = CT,
+				   .dtype = dtype };
+}
+
+/* ---------------------------------------------------- PRNG and encodings */
+
+static uint64_t rng;
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static size_t esize(uint16_t dt)
+{
+	return dt == KVFS_DTYPE_F32 ? 4 : 2;
+}
+
+/* A random normal number with exponent in [lo, hi), exact in @dt, stored
+ * at @dst; returns its value.
+ */
+static double gen(uint16_t dt, int lo, int hi, void *dst)
+{
+	int s = (int)(rnd() & 1), e = lo + (int)(rnd() % (uint64_t)(hi - lo));
+	uint64_t r = rnd();
+	uint32_t u32;
+	uint16_t u16;
+	double v;
+
+	if (dt == KVFS_DTYPE_F32) {
+		u32 = (uint32_t)s << 31 | (uint32_t)(e + 127) << 23 |
+		      (uint32_t)(r & 0x7fffff);
+		memcpy(dst, &u32, 4);
+		v = ldexp(1.0 + (double)(r & 0x7fffff) / 8388608.0, e);
+	} else {
+		u16 = (uint16_t)(s << 15 | (e + 127) << 7 | (int)(r & 0x7f));
+		memcpy(dst, &u16, 2);
+		v = ldexp(1.0 + (double)(r & 0x7f) / 128.0, e);
+	}
+	return s ? -v : v;
+}
+
+static double dec(uint16_t dt, const uint8_t *base, size_t i)
+{
+	uint32_t u32;
+	uint16_t h;
+	float f;
+
+	if (dt == KVFS_DTYPE_F32) {
+		memcpy(&f, base + 4 * i, 4);
+		return f;
+	}
+	memcpy(&h, base + 2 * i, 2);
+	u32 = (uint32_t)h << 16;
+	memcpy(&f, &u32, 4);
+	return f;
+}
+
+static double tol(uint16_t dt, double ref)
+{
+	if (dt == KVFS_DTYPE_F32)
+		return 1e-5 * fabs(ref) + 2e-5;
+	return ldexp(1, -8) * fabs(ref) + 2e-5;
+}
+
+/* ---------------------------------------------------------- the weights */
+
+struct tensor {
+	char name[96];
+	uint32_t ndim;
+	uint64_t shape[2];
+	uint8_t *bytes;
+	size_t nbytes;
+};
+
+struct model {
+	const struct mspec *s;
+	uint32_t D; /* kv_heads * head_dim */
+	double *norm, *wk, *wv, *bk, *bv;
+	struct tensor *t;
+	size_t nt;
+};
+
+static void add(struct model *m, const char *name, uint64_t d0, uint64_t d1,
+		double *vals, int lo, int hi)
+{
+	struct tensor *t = &m->t[m->nt++];
+	uint64_t n = d0 * (d1 ? d1 : 1);
+	size_t es = esize(m->s->wdt);
+
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->ndim = d1 ? 2 : 1;
+	t->shape[0] = d0;
+	t->shape[1] = d1;
+	t->nbytes = n * es;
+	t->bytes = malloc(t->nbytes);
+	assert_non_null(t->bytes);
+	for (uint64_t i = 0; i < n; i++)
+		vals[i] = gen(m->s->wdt, lo, hi, t->bytes + i * es);
+}
+
+static void model_make(struct model *m, const struct mspec *s)
+{
+	uint32_t L = s->L, H = s->H, D = s->kvh * s->hd;
+	char name[96];
+	double tmp[16];
+
+	memset(m, 0, sizeof(*m));
+	rng = s->seed;
+	m->s = s;
+	m->D = D;
+	m->norm = calloc((size_t)L * H, sizeof(double));
+	m->wk = calloc((size_t)L * D * H, sizeof(double));
+	m->wv = calloc((size_t)L * D * H, sizeof(double));
+	m->bk = calloc((size_t)L * D, sizeof(double));
+	m->bv = calloc((size_t)L * D, sizeof(double));
+	m->t = calloc((size_t)L * 5 + 2, sizeof(*m->t));
+	assert_true(m->norm && m->wk && m->wv && m->bk && m->bv && m->t);
+	for (uint32_t l = 0; l < L; l++) {
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.input_layernorm.weight", l);
+		add(m, name, H, 0, m->norm + (size_t)l * H, -1, 1);
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.k_proj.weight", l);
+		add(m, name, D, H, m->wk + (size_t)l * D * H, -4, 0);
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.v_proj.weight", l);
+		add(m, name, D, H, m->wv + (size_t)l * D * H, -4, 0);
+		if (!s->bias)
+			continue;
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.k_proj.bias", l);
+		add(m, name, D, 0, m->bk + (size_t)l * D, -3, 0);
+		snprintf(name, sizeof(name),
+			 "model.layers.%u.self_attn.v_proj.bias", l);
+		add(m, name, D, 0, m->bv + (size_t)l * D, -3, 0);
+	}
+	/* Tensors restoration must not need, as real checkpoints have. */
+	add(m, "model.embed_tokens.weight", 2, 4, tmp, -1, 0);
+	add(m, "model.norm.weight", 4, 0, tmp, -1, 0);
+}
+
+static void model_free(struct model *m)
+{
+	for (size_t i = 0; i < m->nt; i++)
+		free(m->t[i].bytes);
+	free(m->t);
+	free(m->norm);
+	free(m->wk);
+	free(m->wv);
+	free(m->bk);
+	free(m->bv);
+}
+
+/* A safetensors file: u64 LE header length, the JSON header padded with
+ * spaces to 8 bytes, then the tensors back to back.  @skip names a tensor
+ * to leave out; @reshape one to declare (and store) with its first
+ * dimension halved.
+ */
+static void write_st(const char *path, const struct model *m,
+		     const char *skip, const char *reshape)
+{
+	size_t cap = 512 + m->nt * 256, o = 0, off = 0;
+	char *hdr = malloc(cap);
+	const char *dt = m->s->wdt == KVFS_DTYPE_F32 ? "F32" : "BF16";
+	uint64_t hlen;
+	FILE *f;
+
+	assert_non_null(hdr);
+	o += (size_t)snprintf(hdr + o, cap - o,
+			      "{\"__metadata__\":{\"format\":\"pt\"}");
+	for (size_t i = 0; i < m->nt; i++) {
+		const struct tensor *t = &m->t[i];
+		uint64_t d0 = t->shape[0], nb = t->nbytes;
+
+		if (skip && !strcmp(t->name, skip))
+			continue;
+		if (reshape && !strcmp(t->name, reshape)) {
+			d0 /= 2;
+			nb /= 2;
+		}
+		o += (size_t)snprintf(hdr + o, cap - o,
+				      ",\"%s\":{\"dtype\":\"%s\","
+				      "\"shape\":[%llu",
+				      t->name, dt, (unsigned long long)d0);
+		if (t->ndim == 2)
+			o += (size_t)snprintf(hdr + o, cap - o, ",%llu",
+					      (unsigned long long)t->shape[1]);
+		o += (size_t)snprintf(hdr + o, cap - o,
+				      "],\"data_offsets\":[%zu,%zu]}", off,
+				      off + (size_t)nb);
+		off += (size_t)nb;
+	}
+	o += (size_t)snprintf(hdr + o, cap - o, "}");
+	assert_true(o < cap - 8);
+	while (o % 8)
+		hdr[o++] = ' ';
+	hlen = o;
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(&hlen, 8, 1, f), 1);
+	assert_int_equal(fwrite(hdr, 1, o, f), o);
+	for (size_t i = 0; i < m->nt; i++) {
+		const struct tensor *t = &m->t[i];
+		size_t nb = t->nbytes;
+
+		if (skip && !strcmp(t->name, skip))
+			continue;
+		if (reshape && !strcmp(t->name, reshape))
+			nb /= 2;
+		assert_int_equal(fwrite(t->bytes, 1, nb, f), nb);
+	}
+	assert_int_equal(fclose(f), 0);
+	free(hdr);
+}
+
+/* ------------------------------------------------------------ reference */
+
+/* Hugging Face's inv_freq, written independently (exp/log, bands tested
+ * from the other side).
+ */
+static double inv_freq(const struct mspec *s, uint32_t j)
+{
+	double base = exp(-log(s->theta) * (2.0 * j / s->hd));
+	double wl, lo_wl, hi_wl, sm;
+
+	if (s->rope != ROPE_LLAMA3)
+		return base;
+	wl = 2 * M_PI / base;
+	lo_wl = s->orig / s->lo;
+	hi_wl = s->orig / s->hi;
+	if (wl < hi_wl)
+		return base;
+	if (wl > lo_wl)
+		return base / s->factor;
+	sm = (s->orig / wl - s->lo) / (s->hi - s->lo);
+	return sm * base + (1 - sm) * base / s->factor;
+}
+
+static void ref_kv(const struct model *m, uint32_t l, const double *x,
+		   uint64_t pos, double *k, double *v)
+{
+	const struct mspec *s = m->s;
+	uint32_t H = s->H, D = m->D, hd = s->hd;
+	double xn[256], ms = 0;
+
+	assert_true(H <= 256);
+	for (uint32_t j = 0; j < H; j++)
+		ms += x[j] * x[j];
+	ms /= H;
+	for (uint32_t j = 0; j < H; j++)
+		xn[j] = x[j] / sqrt(ms + s->eps) * m->norm[(size_t)l * H + j];
+	for (uint32_t o = 0; o < D; o++) {
+		const double *wk = m->wk + ((size_t)l * D + o) * H;
+		const double *wv = m->wv + ((size_t)l * D + o) * H;
+		double sk = m->bk[(size_t)l * D + o];
+		double sv = m->bv[(size_t)l * D + o];
+
+		for (uint32_t j = 0; j < H; j++) {
+			sk += wk[j] * xn[j];
+			sv += wv[j] * xn[j];
+		}
+		k[o] = sk;
+		v[o] = sv;
+	}
+	for (uint32_t h = 0; h < s->kvh; h++) {
+		double *q = k + (size_t)h * hd;
+
+		for (uint32_t j = 0; j < hd / 2; j++) {
+			double a = (double)pos * inv_freq(s, j);
+			double x1 = q[j], x2 = q[j + hd / 2];
+
+			q[j] = x1 * cos(a) - x2 * sin(a);
+			q[j + hd / 2] = x2 * cos(a) + x1 * sin(a);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+struct chain {
+	const struct nspec *ns;
+	struct kvfs_geom g;
+	uint8_t root[16];
+	uint8_t key[NBLK][16];
+	uint8_t *img[NBLK];      /* the HIDDEN files written */
+	uint64_t size[NBLK];
+	double *x[NBLK];         /* [L][n][H] exact inputs */
+};
+
+static void root_of(const char *ns, uint8_t root[16])
+{
+	char path[4200], v[64];
+
+	snprintf(path, sizeof(path), "%s/%s", mnt, ns);
+	assert_int_equal(getxattr(path, "user.kvfs.root", v, 32), 32);
+	v[32] = 0;
+	assert_int_equal(kvfs_fmt_key_parse(v, root), 0);
+}
+
+static uint32_t rows_of(uint32_t n)
+{
+	return (n + CT - 1) / CT * CT;
+}
+
+/* The chain of namespace @ns, as written (deterministic). */
+static void chain_make(struct chain *c, const struct nspec *ns)
+{
+	const struct mspec *s = &models[ns->model];
+	uint8_t parent[16];
+	size_t es = esize(ns->dtype);
+
+	memset(c, 0, sizeof(*c));
+	c->ns = ns;
+	c->g = geom_of(s, ns->dtype);
+	root_of(ns->name, c->root);
+	memcpy(parent, c->root, 16);
+	for (int i = 0; i < NBLK; i++) {
+		uint32_t n = ntok[i], rows = rows_of(n), tok[BT];
+		uint64_t po = kvfs_fmt_payload_off(n);
+		uint8_t *pay;
+
+		c->size[i] = kvfs_fmt_file_size(&c->g, KVFS_KIND_HIDDEN, n);
+		assert_true(c->size[i] > po);
+		pay = calloc(1, c->size[i] - po);
+		c->img[i] = malloc(c->size[i]);
+		c->x[i] = malloc((size_t)s->L * n * s->H * sizeof(double));
+		assert_true(pay && c->img[i] && c->x[i]);
+		rng = ns->seed * 1000 + (uint64_t)i;
+		for (uint32_t t = 0; t < n; t++)
+			tok[t] = (uint32_t)(ns->seed * 10000 + i * 100 + t);
+		for (uint32_t l = 0; l < s->L; l++)
+			for (uint32_t r = 0; r < n; r++)
+				for (uint32_t j = 0; j < s->H; j++) {
+					size_t at = ((size_t)l * rows + r) *
+							    s->H + j;
+					size_t xi = ((size_t)l * n + r) * s->H +
+						    j;
+
+					c->x[i][xi] = gen(ns->dtype, -2, 2,
+							  pay + at * es);
+				}
+		assert_int_equal(kvfs_fmt_build(&c->g, KVFS_KIND_HIDDEN, parent,
+						(uint64_t)i * BT, tok, n, pay,
+						c->img[i], c->size[i]),
+				 0);
+		free(pay);
+		memcpy(c->key[i], c->img[i] + 64, 16);
+		memcpy(parent, c->key[i], 16);
+	}
+}
+
+static void chain_free(struct chain *c)
+{
+	for (int i = 0; i < NBLK; i++) {
+		free(c->img[i]);
+		free(c->x[i]);
+	}
+}
+
+static void block_path(char *path, size_t len, const char *ns,
+		       const uint8_t key[16])
+{
+	char hex[33];
+
+	kvfs_fmt_key_hex(key, hex);
+	snprintf(path, len, "%s/%s/%s.kv", mnt, ns, hex);
+}
+
+/* Write @len bytes as a new block; returns 0 or the errno of fsync. */
+static int put_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), rc = 0;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	if (fsync(fd))
+		rc = errno;
+	if (close(fd) && !rc)
+		rc = errno;
+	return rc;
+}
+
+static uint8_t *get_file(const char *path, size_t *len)
+{
+	struct stat st;
+	uint8_t *buf;
+	size_t got = 0;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	buf = malloc((size_t)st.st_size + 1);
+	assert_non_null(buf);
+	for (;;) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
+
+		assert_true(n >= 0);
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	*len = got;
+	return buf;
+}
+
+/* A KV-kind block (random payload) at the root of @ns: kept as KV even
+ * in a namespace that stores hidden states.
+ */
+static uint8_t *kv_block(const struct nspec *ns, uint8_t key[16],
+			 uint64_t *size)
+{
+	struct kvfs_geom g = geom_of(&models[ns->model], ns->dtype);
+	uint8_t root[16], *img, *pay;
+	uint32_t tok[BT];
+	uint64_t po = kvfs_fmt_payload_off(BT);
+
+	root_of(ns->name, root);
+	*size = kvfs_fmt_file_size(&g, KVFS_KIND_KV, BT);
+	img = malloc(*size);
+	pay = malloc(*size - po);
+	assert_true(img && pay);
+	for (uint32_t t = 0; t < BT; t++)
+		tok[t] = 900000 + t;
+	for (uint64_t i = 0; i < *size - po; i++)
+		pay[i] = (uint8_t)(i * 13 + 5);
+	if (ns->dtype == KVFS_DTYPE_F32)
+		for (uint64_t i = 0; i + 4 <= *size - po; i += 4)
+			pay[i + 3] = 0x3f; /* keep every f32 finite */
+	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, root, 0, tok, BT, pay,
+					img, *size),
+			 0);
+	free(pay);
+	memcpy(key, img + 64, 16);
+	return img;
+}
+
+/* ----------------------------------------------------------------- stats */
+
+static uint64_t stat_u64(const char *key)
+{
+	char path[4200], *buf = malloc(1 << 20), *p;
+	size_t got = 0, kl = strlen(key);
+	uint64_t v = UINT64_MAX;
+	int fd;
+
+	assert_non_null(buf);
+	snprintf(path, sizeof(path), "%s/.kvfs/stats", mnt);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	for (;;) {
+		ssize_t n = read(fd, buf + got, (1 << 20) - 1 - got);
+
+		assert_true(n >= 0);
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = 0;
+	for (p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (!strncmp(p, key, kl) && p[kl] == ' ') {
+			v = strtoull(p + kl + 1, NULL, 10);
+			break;
+		}
+	free(buf);
+	if (v == UINT64_MAX)
+		fail_msg("stats lack %s", key);
+	return v;
+}
+
+/* ------------------------------------------------------------ write mode */
+
+static void test_write_hidden(void **state)
+{
+	uint64_t conv = stat_u64("restore.commit_conversions");
+	char path[4200];
+
+	for (size_t n = 0; n < NNS; n++) {
+		struct chain c;
+
+		chain_make(&c, &nss[n]);
+		for (int i = 0; i < NBLK; i++) {
+			block_path(path, sizeof(path), nss[n].name, c.key[i]);
+			if (put_file(path, c.img[i], c.size[i]))
+				fail_msg("%s block %d: %s", nss[n].name, i,
+					 strerror(errno));
+		}
+		chain_free(&c);
+	}
+	/* q2 (auto, GQA) and lkv (kv) restored their blocks at commit */
+	assert_int_equal(stat_u64("restore.commit_conversions"), conv + 8);
+	assert_int_equal(stat_u64("cache.hidden_blocks"), 12);
+}
+
+/* kvfs cannot invert the projection: KV stays KV. */
+static void test_write_kv_into_hidden_ns(void **state)
+{
+	char path[4200], v[16] = { 0 };
+	uint8_t key[16], *img;
+	uint64_t size;
+
+	img = kv_block(&nss[0], key, &size);
+	block_path(path, sizeof(path), nss[0].name, key);
+	assert_int_equal(put_file(path, img, size), 0);
+	assert_int_equal(getxattr(path, "user.kvfs.stored_as", v, sizeof(v)),
+			 2);
+	assert_string_equal(v, "kv");
+	free(img);
+}
+
+/* A namespace without weights cannot serve hidden states: refused. */
+static void test_hidden_refused_without_weights(void **state)
+{
+	struct nspec plain = nss[0];
+	struct chain c;
+	char path[4200];
+
+	plain.name = "plain";
+	chain_make(&c, &plain);
+	block_path(path, sizeof(path), "plain", c.key[0]);
+	assert_int_equal(put_file(path, c.img[0], c.size[0]), EINVAL);
+	assert_int_equal(access(path, F_OK), -1);
+	chain_free(&c);
+}
+
+/* A HIDDEN block whose rows are not the namespace's hidden_size. */
+static void test_hidden_wrong_geometry(void **state)
+{
+	struct kvfs_geom g = geom_of(&models[0], KVFS_DTYPE_F32);
+	uint8_t root[16], *img;
+	uint32_t tok[BT];
+	char path[4200];
+	uint64_t size;
+
+	g.hidden_size = 32;
+	root_of("lf32", root);
+	for (uint32_t t = 0; t < BT; t++)
+		tok[t] = 777000 + t;
+	size = kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, BT);
+	img = calloc(1, size);
+	assert_non_null(img);
+	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_HIDDEN, root, 0, tok, BT,
+					NULL, img, size),
+			 0);
+	block_path(path, sizeof(path), "lf32", img + 64);
+	assert_int_equal(put_file(path, img, size), EINVAL);
+	free(img);
+}
+
+/* ------------------------------------------------------------ check mode */
+
+/* Every element of every layer of @kv (a KV file of @c's block @i)
+ * against the reference.
+ */
+static void check_values(const struct chain *c, int i, const uint8_t *kv)
+{
+	const struct mspec *s = &models[c->ns->model];
+	struct model m;
+	uint32_t n = ntok[i], rows = rows_of(n), D = s->kvh * s->hd;
+	uint16_t dt = c->ns->dtype;
+	size_t es = esize(dt);
+	size_t lbytes = (size_t)rows * 2 * D * es;
+	const uint8_t *pay = kv + kvfs_fmt_payload_off(n);
+	double k[256], v[256], worst = 0;
+
+	assert_true(D <= 256);
+	model_make(&m, s);
+	for (uint32_t l = 0; l < s->L; l++) {
+		const uint8_t *kvl = pay + l * lbytes;
+
+		for (uint32_t r = 0; r < rows; r++) {
+			uint32_t ch = r / CT, ir = r % CT;
+			size_t kb = ((size_t)ch * 2 * CT + ir) * D;
+			size_t vb = ((size_t)ch * 2 * CT + CT + ir) * D;
+
+			if (r >= n) {
+				for (uint32_t o = 0; o < D; o++) {
+					assert_true(dec(dt, kvl, kb + o) == 0);
+					assert_true(dec(dt, kvl, vb + o) == 0);
+				}
+				continue;
+			}
+			ref_kv(&m, l, c->x[i] + ((size_t)l * n + r) * s->H,
+			       (uint64_t)i * BT + r, k, v);
+			for (uint32_t o = 0; o < D; o++) {
+				double gk = dec(dt, kvl, kb + o);
+				double gv = dec(dt, kvl, vb + o);
+				double ek = fabs(gk - k[o]) / tol(dt, k[o]);
+				double ev = fabs(gv - v[o]) / tol(dt, v[o]);
+
+				if (!(ek <= 1) || !(ev <= 1))
+					fail_msg("%s block %d layer %u row %u "
+						 "elem %u: K %.9g vs %.9g, V "
+						 "%.9g vs %.9g",
+						 c->ns->name, i, l, r, o, gk,
+						 k[o], gv, v[o]);
+				worst = fmax(worst, fmax(ek, ev));
+			}
+		}
+	}
+	model_free(&m);
+	print_message("    %s block %d: worst error %.3f of the tolerance\n",
+		      c->ns->name, i, worst);
+}
+
+/* @img must be the KV-kind file of @c's block @i. */
+static void check_image(const struct chain *c, int i, const uint8_t *img,
+			size_t len)
+{
+	struct kvfs_fmt_hdr h;
+
+	assert_int_equal(len, kvfs_fmt_file_size(&c->g, KVFS_KIND_KV,
+						 ntok[i]));
+	/* Both CRCs, the key (the name), the parent chain, start_pos. */
+	assert_int_equal(kvfs_fmt_validate(img, len, &c->g, c->key[i], c->root,
+					   0, &h),
+			 KVFS_FMT_OK);
+	assert_int_equal(h.kind, KVFS_KIND_KV);
+	assert_int_equal(h.n_tokens, ntok[i]);
+	assert_int_equal(h.start_pos, (uint64_t)i * BT);
+	assert_memory_equal(h.parent, i ? c->key[i - 1] : c->root, 16);
+	/* same token ids as written */
+	assert_memory_equal(img + KVFS_FMT_HDR_SIZE,
+			    c->img[i] + KVFS_FMT_HDR_SIZE, 4 * ntok[i]);
+	check_values(c, i, img);
+}
+
+static void check_ns(const struct nspec *ns)
+{
+	char path[4200], v[16];
+	struct chain c;
+	struct stat st;
+
+	chain_make(&c, ns);
+	for (int i = 0; i < NBLK; i++) {
+		size_t len;
+		uint8_t *img;
+		void *map;
+		int fd;
+
+		block_path(path, sizeof(path), ns->name, c.key[i]);
+		assert_int_equal(stat(path, &st), 0);
+		/* stat reports the KV file readers get */
+		assert_int_equal(st.st_size,
+				 kvfs_fmt_file_size(&c.g, KVFS_KIND_KV,
+						    ntok[i]));
+		memset(v, 0, sizeof(v));
+		assert_true(getxattr(path, "user.kvfs.stored_as", v,
+				     sizeof(v) - 1) > 0);
+		assert_string_equal(v, ns->stored);
+		img = get_file(path, &len);
+		check_image(&c, i, img, len);
+		/* mmap serves the same bytes */
+		fd = open(path, O_RDONLY);
+		assert_true(fd >= 0);
+		map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		assert_true(map != MAP_FAILED);
+		assert_memory_equal(map, img, len);
+		munmap(map, len);
+		close(fd);
+		free(img);
+	}
+	chain_free(&c);
+}
+
+static void test_check_lf32(void **state) { check_ns(&nss[0]); }
+static void test_check_lbf16(void **state) { check_ns(&nss[1]); }
+static void test_check_q2(void **state) { check_ns(&nss[2]); }
+static void test_check_q2h(void **state) { check_ns(&nss[3]); }
+static void test_check_lkv(void **state) { check_ns(&nss[4]); }
+
+static void test_check_kv_block(void **state)
+{
+	uint8_t key[16], *img, *got;
+	char path[4200], v[16] = { 0 };
+	uint64_t size;
+	size_t len;
+
+	img = kv_block(&nss[0], key, &size);
+	block_path(path, sizeof(path), nss[0].name, key);
+	got = get_file(path, &len);
+	assert_int_equal(len, size);
+	assert_memory_equal(got, img, size);
+	assert_int_equal(getxattr(path, "user.kvfs.stored_as", v, sizeof(v)),
+			 2);
+	assert_string_equal(v, "kv");
+	free(got);
+	free(img);
+}
+
+/* ------------------------------------------------------- concurrent mode */
+
+struct rdr {
+	pthread_t t;
+	pthread_barrier_t *bar;
+	const char *path;
+	uint8_t *img;
+	size_t len;
+};
+
+static void *reader(void *arg)
+{
+	struct rdr *r = arg;
+	struct stat st;
+	size_t got = 0;
+	int fd;
+
+	pthread_barrier_wait(r->bar);
+	fd = open(r->path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st))
+		return NULL;
+	r->img = malloc((size_t)st.st_size);
+	while (r->img && got < (size_t)st.st_size) {
+		ssize_t n = read(fd, r->img + got, (size_t)st.st_size - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	r->len = got;
+	close(fd);
+	return NULL;
+}
+
+/* Many readers of one SSD-only hidden block: one restoration, the same
+ * correct bytes for all.
+ */
+static void test_one_restoration(void **state)
+{
+	struct rdr r[NREADERS];
+	pthread_barrier_t bar;
+	char path[4200];
+	struct chain c;
+	uint64_t before, waits;
+
+	chain_make(&c, &nss[0]);
+	block_path(path, sizeof(path), nss[0].name, c.key[2]);
+	before = stat_u64("restore.blocks");
+	waits = stat_u64("restore.waits");
+	pthread_barrier_init(&bar, NULL, NREADERS);
+	for (int i = 0; i < NREADERS; i++) {
+		r[i] = (struct rdr){ .bar = &bar, .path = path };
+		assert_int_equal(pthread_create(&r[i].t, NULL, reader, &r[i]),
+				 0);
+	}
+	for (int i = 0; i < NREADERS; i++)
+		pthread_join(r[i].t, NULL);
+	pthread_barrier_destroy(&bar);
+	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	assert_true(stat_u64("restore.waits") > waits);
+	assert_non_null(r[0].img);
+	check_image(&c, 2, r[0].img, r[0].len);
+	for (int i = 0; i < NREADERS; i++) {
+		assert_non_null(r[i].img);
+		assert_int_equal(r[i].len, r[0].len);
+		assert_memory_equal(r[i].img, r[0].img, r[0].len);
+	}
+	for (int i = 0; i < NREADERS; i++)
+		free(r[i].img);
+	chain_free(&c);
+}
+
+static int ctl_call(int op, const char *ns, const uint8_t key[16],
+		    uint32_t tier, struct kvfs_ctl_msg *m)
+{
+	char path[4200];
+	int fd, rc;
+
+	memset(m, 0, sizeof(*m));
+	m->req.magic = KVFS_CTL_MAGIC;
+	m->req.abi = KVFS_CTL_ABI;
+	m->req.op = (uint16_t)op;
+	snprintf(m->req.ns, sizeof(m->req.ns), "%s", ns);
+	m->req.n_keys = key ? 1 : 0;
+	m->req.tier = tier;
+	m->req.size = (uint32_t)(sizeof(m->req) + (key ? 16 : 0));
+	if (key)
+		memcpy(m->bytes + sizeof(m->req), key, 16);
+	snprintf(path, sizeof(path), "%s/.kvfs/ctl", mnt);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ioctl(fd, KVFS_IOC(op), m), 0);
+	rc = m->resp.error;
+	close(fd); /* gives back any lease the request took */
+	return rc;
+}
+
+/* FETCH of a hidden block: the device pool gets the restored KV payload
+ * (restored once), the same bytes a read returns afterwards.
+ */
+static void test_fetch(void **state)
+{
+	const struct kvfs_ctl_block *blk;
+	struct kvfs_ctl_msg m;
+	char path[4200];
+	const uint8_t *pool;
+	struct chain c;
+	uint8_t *img;
+	uint64_t before;
+	size_t len;
+	int pfd;
+
+	chain_make(&c, &nss[3]);
+	before = stat_u64("restore.blocks");
+	assert_int_equal(ctl_call(KVFS_CTL_FETCH, nss[3].name, c.key[3], 0,
+				  &m),
+			 0);
+	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	blk = (const void *)(m.bytes + sizeof(m.resp));
+	assert_int_equal(m.resp.n_blocks, 1);
+	assert_int_equal(blk->len,
+			 kvfs_fmt_file_size(&c.g, KVFS_KIND_KV, ntok[3]) -
+				 kvfs_fmt_payload_off(ntok[3]));
+	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
+	assert_true(pfd >= 0);
+	pool = mmap(NULL, m.resp.pool.size, PROT_READ, MAP_SHARED, pfd, 0);
+	close(pfd);
+	assert_true(pool != MAP_FAILED);
+	block_path(path, sizeof(path), nss[3].name, c.key[3]);
+	img = get_file(path, &len);
+	check_image(&c, 3, img, len);
+	assert_memory_equal(pool + blk->pool_off,
+			    img + kvfs_fmt_payload_off(ntok[3]), blk->len);
+	/* the read reused the restored image */
+	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	munmap((void *)pool, m.resp.pool.size);
+	free(img);
+	chain_free(&c);
+}
+
+/* A PREFETCH and a read of the same block: still one restoration, and
+ * whichever gets there first does it.
+ */
+static void test_prefetch_then_read(void **state)
+{
+	struct kvfs_ctl_msg m;
+	char path[4200];
+	struct chain c;
+	uint64_t before;
+	uint8_t *img;
+	size_t len;
+
+	chain_make(&c, &nss[1]);
+	before = stat_u64("restore.blocks");
+	assert_int_equal(ctl_call(KVFS_CTL_PREFETCH, nss[1].name, c.key[1], 1,
+				  &m),
+			 0);
+	block_path(path, sizeof(path), nss[1].name, c.key[1]);
+	img = get_file(path, &len);
+	check_image(&c, 1, img, len);
+	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	free(img);
+	chain_free(&c);
+}
+
+/* ------------------------------------------------------------ stats mode */
+
+static void test_stats(void **state)
+{
+	/* lf32, lbf16, q2h keep their 4 blocks as hidden states */
+	assert_int_equal(stat_u64("cache.hidden_blocks"), 12);
+	assert_int_equal(stat_u64("restore.errors"), 0);
+	assert_int_equal(stat_u64("cache.checksum_errors"), 0);
+	assert_true(stat_u64("cache.hidden_kv_bytes") >
+		    stat_u64("cache.hidden_stored_bytes"));
+	assert_int_equal(stat_u64("restore.threads"), 2);
+	/* the plans are shown for both tiers */
+	assert_int_equal(stat_u64("ns.lf32.hcache.plan.dram.hidden_layers") +
+				 stat_u64("ns.lf32.hcache.plan.dram.kv_layers"),
+			 models[0].L);
+	assert_int_equal(stat_u64("ns.lf32.hcache.plan.ssd.hidden_layers") +
+				 stat_u64("ns.lf32.hcache.plan.ssd.kv_layers"),
+			 models[0].L);
+	assert_int_equal(stat_u64("ns.lf32.hcache.plan.ssd.recompute_layers"),
+			 0);
+}
+
+/* ------------------------------------------------------------ setup mode */
+
+static int setup_dir(const char *dir)
+{
+	char path[4200];
+	FILE *f;
+
+	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+		struct model m;
+
+		model_make(&m, &models[i]);
+		snprintf(path, sizeof(path), "%s/%s", dir, models[i].file);
+		write_st(path, &m, NULL, NULL);
+		if (i == 0) {
+			snprintf(path, sizeof(path),
+				 "%s/bad_missing.safetensors", dir);
+			write_st(path, &m,
+				 "model.layers.1.self_attn.v_proj.weight",
+				 NULL);
+			snprintf(path, sizeof(path), "%s/bad_shape.safetensors",
+				 dir);
+			write_st(path, &m, NULL,
+				 "model.layers.2.self_attn.k_proj.weight");
+		}
+		model_free(&m);
+	}
+	snprintf(path, sizeof(path), "%s/ns.conf", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return 1;
+	for (size_t n = 0; n <= NNS; n++) {
+		const struct nspec *ns = n < NNS ? &nss[n] : &nss[0];
+		const struct mspec *s = &models[ns->model];
+
+		fprintf(f, "[namespace %s]\nlayers = %u\nkv_heads = %u\n"
+			   "head_dim = %u\nhidden_size = %u\ndtype = %s\n"
+			   "block_tokens = %u\nchunk_tokens = %u\n",
+			n < NNS ? ns->name : "plain", s->L, s->kvh, s->hd, s->H,
+			kvfs_fmt_dtype_name(ns->dtype), BT, CT);
+		if (n == NNS) {
+			fprintf(f, "\n");
+			continue;
+		}
+		fprintf(f, "weights = %s/%s\nfamily = %s\nrms_norm_eps = %g\n"
+			   "rope_theta = %g\nstore_as = %s\n",
+			dir, s->file, s->family, s->eps, s->theta,
+			ns->store_as);
+		if (s->rope == ROPE_LLAMA3)
+			fprintf(f, "rope_scaling = llama3\nrope_factor = %g\n"
+				   "rope_low_freq_factor = %g\n"
+				   "rope_high_freq_factor = %g\n"
+				   "rope_orig_max_pos = %u\n",
+				s->factor, s->lo, s->hi, s->orig);
+		fprintf(f, "\n");
+	}
+	return fclose(f) ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest write_tests[] = {
+		cmocka_unit_test(test_write_hidden),
+		cmocka_unit_test(test_write_kv_into_hidden_ns),
+		cmocka_unit_test(test_hidden_refused_without_weights),
+		cmocka_unit_test(test_hidden_wrong_geometry),
+	};
+	const struct CMUnitTest check_tests[] = {
+		cmocka_unit_test(test_check_lf32),
+		cmocka_unit_test(test_check_lbf16),
+		cmocka_unit_test(test_check_q2),
+		cmocka_unit_test(test_check_q2h),
+		cmocka_unit_test(test_check_lkv),
+		cmocka_unit_test(test_check_kv_block),
+	};
+	const struct CMUnitTest concurrent_tests[] = {
+		cmocka_unit_test(test_one_restoration),
+		cmocka_unit_test(test_fetch),
+		cmocka_unit_test(test_prefetch_then_read),
+	};
+	const struct CMUnitTest stats_tests[] = {
+		cmocka_unit_test(test_stats),
+	};
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: hcache_client setup DIR | "
+				"write|check|concurrent|stats MNT\n");
+		return 2;
+	}
+	if (!strcmp(argv[1], "setup"))
+		return setup_dir(argv[2]);
+	mnt = argv[2];
+	if (!strcmp(argv[1], "write"))
+		return cmocka_run_group_tests(write_tests, NULL, NULL);
+	if (!strcmp(argv[1], "check"))
+		return cmocka_run_group_tests(check_tests, NULL, NULL);
+	if (!strcmp(argv[1], "concurrent"))
+		return cmocka_run_group_tests(concurrent_tests, NULL, NULL);
+	if (!strcmp(argv[1], "stats"))
+		return cmocka_run_group_tests(stats_tests, NULL, NULL);
+	return 2;
+}

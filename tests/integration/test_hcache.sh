@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Hidden-state restoration (HCache) through the mount: HIDDEN-kind blocks
+# written to namespaces with real safetensors checkpoints (Llama MHA in f32
+# and bf16 with llama3 RoPE, Qwen2 GQA with biases) read back as KV-kind
+# files whose every element matches a double-precision reference; stat
+# size, user.kvfs.stored_as, store_as kv/hidden/auto, one restoration for
+# many readers, FETCH and PREFETCH, refusals (no weights, bad checkpoint).
+. "$(dirname "$0")/lib.sh"
+
+CLIENT=$BIN/../itests/hcache_client
+CK=$T_DIR/ck
+mkdir -p "$CK"
+
+kvfs_mkfs 64M
+t_check "generate the checkpoints and the namespace config" "$CLIENT" setup "$CK"
+write_conf() { # WEIGHTS_FILE_FOR_llama_f32
+	{
+		printf '[daemon]\nflush_ms = 100\n\n[tier.dram]\ncapacity = 16M\n\n'
+		printf '[tier.gpu]\nbackend = shm\ncapacity = 8M\n\n'
+		sed "s|/llama_f32.safetensors|/$1|" "$CK/ns.conf"
+	} >"$STORE/kvfs.conf"
+}
+write_conf llama_f32.safetensors
+
+t_check "mount" kvfs_mount
+t_check "the checkpoints were loaded and profiled" \
+	grep -q "hcache plan for blocks read from ssd" "$STORE/kvfs.log"
+t_check "token recomputation is reported as left out" \
+	grep -q "token recomputation: no model runner, left out" "$STORE/kvfs.log"
+t_cmocka write "$CLIENT" write "$MNT"
+t_check "the refusal without weights is logged" \
+	grep -q "HIDDEN-kind block needs a namespace with weights" "$STORE/kvfs.log"
+# Blocks still in DRAM as hidden states (maybe not yet durable).
+t_cmocka check-dram "$CLIENT" check "$MNT"
+t_check "unmount" kvfs_unmount
+
+# A checkpoint that does not match refuses the start and names the tensor.
+write_conf bad_missing.safetensors
+t_check "a checkpoint missing a tensor refuses the mount" sh -c "! '$BIN/kvfs' '$STORE' '$MNT' 2>/dev/null"
+t_check "the log names the missing tensor" \
+	grep -q 'model.layers.1.self_attn.v_proj.weight' "$STORE/kvfs.log"
+write_conf bad_shape.safetensors
+t_check "a checkpoint with a wrong shape refuses the mount" sh -c "! '$BIN/kvfs' '$STORE' '$MNT' 2>/dev/null"
+t_check "the log names the misshapen tensor" \
+	grep -q 'tensor "model.layers.2.self_attn.k_proj.weight": shape \[32, 64\]' "$STORE/kvfs.log"
+
+write_conf llama_f32.safetensors
+t_check "remount: every block on the SSD only" kvfs_mount
+blk=$(ls "$MNT/lf32" | head -n1)
+t_check "a hidden block reports ssd only" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier "$MNT/lf32/$blk")" = ssd
+t_cmocka concurrent "$CLIENT" concurrent "$MNT"
+t_cmocka check-ssd "$CLIENT" check "$MNT"
+t_cmocka stats "$CLIENT" stats "$MNT"
+t_check "no checksum failures" sh -c "! grep -q 'fails verification' '$STORE/kvfs.log'"
+t_check "clean unmount" kvfs_unmount
+t_check "no sanitizer report in the daemon log" \
+	sh -c "! grep -q 'AddressSanitizer\\|runtime error\\|LeakSanitizer' '$STORE/kvfs.log'"
+t_done
