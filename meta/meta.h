@@ -65,7 +65,7 @@ struct kvfs_meta_ns {
 	uint32_t hidden_size;
 	uint32_t block_tokens;
 	uint32_t chunk_tokens;
-	uint32_t store_as; /* 0 = kv; later issues add hidden/auto */
+	uint32_t store_as; /* 0 = kv, 1 = hidden, 2 = auto (docs/hcache.md) */
 	uint8_t root[KVFS_KEY_LEN];
 	char name[KVFS_NS_NAME_MAX];
 	char salt[KVFS_NS_SALT_MAX];
