@@ -1384,6 +1384,30 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 	CS("ctl.fetch_bytes", atomic_load(&c->st_fetch_bytes));
 	CS("ctl.fetch_into_bytes", atomic_load(&c->st_fetch_into_bytes));
 	CS("ctl.saves", atomic_load(&c->st_saves));
+	if (c->chunks) {
+		struct kvfs_chunk_stats ks;
+
+		kvfs_chunk_get_stats(c, &ks);
+		CS("chunk.bytes_wanted", ks.bytes_wanted);
+		CS("chunk.bytes_read", ks.bytes_read);
+		CS("chunk.bytes_missed", ks.bytes_missed);
+		/* Bytes read from the SSD per byte the SSD had to serve, in
+		 * thousandths: 1000 means no amplification.
+		 */
+		CS("chunk.read_amplification_milli",
+		   ks.bytes_missed ? ks.bytes_read * 1000 / ks.bytes_missed
+				   : 0);
+		CS("chunk.ssd_reads", ks.ssd_reads);
+		CS("chunk.mem_hits", ks.mem_hits);
+		CS("chunk.spec_loaded", ks.spec_loaded);
+		CS("chunk.spec_used", ks.spec_used);
+		CS("chunk.dram_used", ks.dram_used);
+		CS("chunk.dram_pieces", ks.dram_pieces);
+		CS("chunk.gpu_used", ks.gpu_used);
+		CS("chunk.gpu_pieces", ks.gpu_pieces);
+		CS("chunk.evictions", ks.evictions);
+		CS("chunk.demotions", ks.demotions);
+	}
 	for (size_t i = 0; i < c->n_ns; i++)
 		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", c->ns[i].rec.name,
 			kvfs_ns_nblocks(&c->ns[i]));

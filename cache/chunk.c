@@ -108,6 +108,7 @@ struct kvfs_chunk_state {
 	size_t scratch_len;
 
 	atomic_uint_least64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
+	atomic_uint_least64_t bytes_missed; /* wanted bytes the SSD served */
 	atomic_uint_least64_t spec_loaded, spec_used, evictions, demotions;
 };
 
@@ -1459,6 +1460,7 @@ int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		if (pw[i].todo) {
 			pw[i].ssd = true;
 			bw[pw[i].blk].ssd = true;
+			atomic_fetch_add(&st->bytes_missed, pw[i].len);
 		}
 	rc = read_ssd(c, p, pw, n, bw, nb, spec, ins, &nins, &buf, res);
 	cache_insert(c, ins, nins);
@@ -1885,6 +1887,7 @@ void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *o)
 	o->gpu_pieces = st->heap[CSET_GPU].n;
 	pthread_mutex_unlock(&st->lock);
 	o->bytes_wanted = atomic_load(&st->bytes_wanted);
+	o->bytes_missed = atomic_load(&st->bytes_missed);
 	o->bytes_read = atomic_load(&st->bytes_read);
 	o->ssd_reads = atomic_load(&st->ssd_reads);
 	o->mem_hits = atomic_load(&st->mem_hits);

@@ -149,6 +149,7 @@ struct kvfs_chunk_stats {
 	uint64_t dram_used, dram_capacity, dram_pieces;
 	uint64_t gpu_used, gpu_capacity, gpu_pieces;
 	uint64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
+	uint64_t bytes_missed; /* of bytes_wanted, those read from the SSD */
 	uint64_t spec_loaded, spec_used, evictions, demotions;
 };
 void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *st);

@@ -24,6 +24,7 @@ t_check "remount: the blocks are on the SSD only" kvfs_mount
 t_check "a block reports ssd only" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier \
 	"$MNT/c16/$(ls "$MNT/c16" | head -n1)")" = ssd
 t_cmocka chunks "$CLIENT" check "$MNT"
+t_check "read amplification in .kvfs/stats is 1000 (none: 4 KiB-aligned chunks)" test "$(kvfs_stat chunk.read_amplification_milli)" -eq 1000
 t_check "malformed chunk requests were logged" grep -q "ctl: malformed request" "$STORE/kvfs.log"
 t_check "no checksum failures" sh -c "! grep -q 'failed its checksum\|fails verification' '$STORE/kvfs.log'"
 t_check "clean unmount" kvfs_unmount
