@@ -21,11 +21,13 @@
 #ifndef KVFS_CACHE_TIER_H
 #define KVFS_CACHE_TIER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/uio.h>
 
+#include "cache/extent.h"
 #include "cache/policy.h"
 
 struct kvfs_extent {
@@ -102,6 +104,33 @@ struct kvfs_tier {
 	atomic_uint_least64_t used;      /* bytes reserved */
 	struct kvfs_tier_stats st;
 };
+
+/*
+ * The extent allocator a tier reserves its space from (SSD data file,
+ * device pool), with its lock; the tier's `used` is kept in step.
+ * Locking: p->lock guards p->map; every call takes it.
+ */
+struct kvfs_tier_pool {
+	pthread_mutex_t lock;
+	struct kvfs_extent_map map; /* guarded by lock */
+};
+
+/* Manage [@base, @base + @size) in @align units. 0, -EINVAL or -ENOMEM. */
+int kvfs_tier_pool_init(struct kvfs_tier_pool *p, uint64_t base,
+			uint64_t size, uint64_t align);
+void kvfs_tier_pool_release(struct kvfs_tier_pool *p);
+/*
+ * The ops alloc/free/claim of a tier over @p, keeping @t->used. alloc
+ * rounds @len up to the pool's alignment and sets e->off and e->len (the
+ * caller sets e->ptr); -EINVAL for 0 bytes (logged with @who), -ENOSPC.
+ * free logs and ignores a bad or double free. claim: 0, -EINVAL, -EEXIST.
+ */
+int kvfs_tier_pool_alloc(struct kvfs_tier *t, struct kvfs_tier_pool *p,
+			 const char *who, uint64_t len, struct kvfs_extent *e);
+void kvfs_tier_pool_free(struct kvfs_tier *t, struct kvfs_tier_pool *p,
+			 const struct kvfs_extent *e);
+int kvfs_tier_pool_claim(struct kvfs_tier *t, struct kvfs_tier_pool *p,
+			 const struct kvfs_extent *e);
 
 /* DRAM tier of @capacity bytes. 0 or -ENOMEM. */
 int kvfs_tier_dram_init(uint64_t capacity, struct kvfs_tier **out);

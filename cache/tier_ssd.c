@@ -59,8 +59,7 @@ struct kvfs_tier_ssd {
 	unsigned char *mem;     /* KVFS_SSD_MEMORY: @size bytes; immutable */
 	uint64_t data_off;      /* immutable */
 	uint64_t size;          /* immutable */
-	pthread_mutex_t alloc_lock;
-	struct kvfs_extent_map map; /* guarded by alloc_lock */
+	struct kvfs_tier_pool pool;  /* the data file's extents */
 	unsigned nrings;        /* immutable */
 	struct ssd_ring *rings; /* array immutable; each ring has its lock */
 };
@@ -389,53 +388,17 @@ static int ssd_sync(struct kvfs_tier *t)
 
 static int ssd_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 {
-	struct kvfs_tier_ssd *s = to_ssd(t);
-	uint64_t off;
-	int err;
-
-	if (!len) {
-		kvfs_err("ssd: allocation of 0 bytes");
-		return -EINVAL;
-	}
-	if (len > t->capacity)
-		return -ENOSPC;
-	len = kvfs_util_align_up(len, SSD_ALIGN);
-	pthread_mutex_lock(&s->alloc_lock);
-	err = kvfs_extent_alloc(&s->map, len, &off);
-	pthread_mutex_unlock(&s->alloc_lock);
-	if (err)
-		return err;
-	atomic_fetch_add(&t->used, len);
-	e->off = off;
-	e->len = len;
-	e->ptr = NULL;
-	return 0;
+	return kvfs_tier_pool_alloc(t, &to_ssd(t)->pool, "ssd", len, e);
 }
 
 static void ssd_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	struct kvfs_tier_ssd *s = to_ssd(t);
-	int err;
-
-	pthread_mutex_lock(&s->alloc_lock);
-	err = kvfs_extent_free(&s->map, e->off, e->len);
-	pthread_mutex_unlock(&s->alloc_lock);
-	/* A bad or double free is logged by the map and changes nothing. */
-	if (!err)
-		atomic_fetch_sub(&t->used, e->len);
+	kvfs_tier_pool_free(t, &to_ssd(t)->pool, e);
 }
 
 static int ssd_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	struct kvfs_tier_ssd *s = to_ssd(t);
-	int err;
-
-	pthread_mutex_lock(&s->alloc_lock);
-	err = kvfs_extent_claim(&s->map, e->off, e->len);
-	pthread_mutex_unlock(&s->alloc_lock);
-	if (!err)
-		atomic_fetch_add(&t->used, e->len);
-	return err;
+	return kvfs_tier_pool_claim(t, &to_ssd(t)->pool, e);
 }
 
 static void *ssd_map(struct kvfs_tier *t, const struct kvfs_extent *e)
@@ -464,8 +427,7 @@ static void ssd_release(struct kvfs_tier *t)
 		close(s->fd);
 	if (s->mem)
 		munmap(s->mem, (size_t)s->size);
-	kvfs_extent_release(&s->map);
-	pthread_mutex_destroy(&s->alloc_lock);
+	kvfs_tier_pool_release(&s->pool);
 	free(s);
 }
 
@@ -578,7 +540,8 @@ int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
 	s->data_off = data_off;
 	s->size = size;
 	s->nrings = nrings;
-	err = kvfs_extent_init(&s->map, data_off, size - data_off, SSD_ALIGN);
+	err = kvfs_tier_pool_init(&s->pool, data_off, size - data_off,
+				  SSD_ALIGN);
 	if (err)
 		goto out_free;
 	if (flags & KVFS_SSD_MEMORY) {
@@ -598,7 +561,6 @@ int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
 		if (err)
 			goto out_release_map;
 	}
-	pthread_mutex_init(&s->alloc_lock, NULL);
 	s->base.ops = &ssd_ops;
 	s->base.id = KVFS_TIER_SSD;
 	s->base.capacity = size - data_off;
@@ -607,7 +569,7 @@ int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
 	return 0;
 
 out_release_map:
-	kvfs_extent_release(&s->map);
+	kvfs_tier_pool_release(&s->pool);
 out_free:
 	free(s);
 	return err;

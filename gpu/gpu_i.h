@@ -46,28 +46,6 @@ int kvfs_gpu_peer_check(const struct kvfs_tier *t,
 			const struct kvfs_gpu_peer *p, const char *who,
 			const char *what);
 
-/* Extent allocator of a pool: offsets in [0, capacity). */
-struct kvfs_gpu_pool {
-	pthread_mutex_t lock;
-	struct kvfs_extent_map map; /* guarded by lock */
-};
-
-/* @capacity: a multiple of KVFS_GPU_ALIGN. 0, -EINVAL or -ENOMEM. */
-int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint64_t capacity);
-void kvfs_gpu_pool_release(struct kvfs_gpu_pool *p);
-
-/*
- * The tier ops alloc/free/claim over @p, keeping @t->used. Set e->off and
- * e->len (alloc); the caller sets e->ptr. Errors as in cache/tier.h, logged
- * with @who ("shm", "cuda"). Take p->lock.
- */
-int kvfs_gpu_pool_alloc(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
-			const char *who, uint64_t len, struct kvfs_extent *e);
-void kvfs_gpu_pool_free(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
-			const struct kvfs_extent *e);
-int kvfs_gpu_pool_claim(struct kvfs_tier *t, struct kvfs_gpu_pool *p,
-			const struct kvfs_extent *e);
-
 /*
  * A valid shm object name: "/" then 1..@max-2 bytes, none of them '/',
  * NUL-terminated within @max bytes (@name need not be a C string: only

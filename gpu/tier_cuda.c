@@ -105,7 +105,7 @@ struct cuda_tier {
 	unsigned char *dpool;        /* device memory; immutable */
 	cudaIpcMemHandle_t ipc;      /* immutable */
 	cuda_range_fn range;         /* immutable; NULL if unavailable */
-	struct kvfs_gpu_pool pool;   /* has its own lock */
+	struct kvfs_tier_pool pool;   /* has its own lock */
 	unsigned nstreams;           /* streams set up; immutable after init */
 	struct cuda_stream streams[CUDA_STREAMS];
 	bool live;                   /* counted in cuda_tiers */
@@ -406,17 +406,17 @@ static unsigned char *cuda_at(struct kvfs_tier *t, const struct kvfs_extent *e,
 static int cuda_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 {
 	/* ptr stays NULL: the pool is not host-addressable. */
-	return kvfs_gpu_pool_alloc(t, &to_cuda(t)->pool, "cuda", len, e);
+	return kvfs_tier_pool_alloc(t, &to_cuda(t)->pool, "cuda", len, e);
 }
 
 static void cuda_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	kvfs_gpu_pool_free(t, &to_cuda(t)->pool, e);
+	kvfs_tier_pool_free(t, &to_cuda(t)->pool, e);
 }
 
 static int cuda_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	return kvfs_gpu_pool_claim(t, &to_cuda(t)->pool, e);
+	return kvfs_tier_pool_claim(t, &to_cuda(t)->pool, e);
 }
 
 static int cuda_write(struct kvfs_tier *t, const struct kvfs_extent *e,
@@ -566,7 +566,7 @@ static void cuda_release(struct kvfs_tier *t)
 {
 	struct cuda_tier *ct = to_cuda(t);
 
-	kvfs_gpu_pool_release(&ct->pool);
+	kvfs_tier_pool_release(&ct->pool);
 	cuda_teardown(ct);
 }
 
@@ -921,7 +921,7 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	if (!ct)
 		return -ENOMEM;
 	ct->device = device;
-	err = kvfs_gpu_pool_init(&ct->pool, capacity);
+	err = kvfs_tier_pool_init(&ct->pool, 0, capacity, KVFS_GPU_ALIGN);
 	if (err)
 		goto out_free;
 	err = cuda_enter(ct);
@@ -951,7 +951,7 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	return 0;
 
 out_release_pool:
-	kvfs_gpu_pool_release(&ct->pool);
+	kvfs_tier_pool_release(&ct->pool);
 	cuda_teardown(ct);
 	return err;
 out_free:

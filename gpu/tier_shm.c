@@ -38,7 +38,7 @@ struct shm_tier {
 	unsigned char *mem;           /* capacity bytes; immutable */
 	dev_t dev;                    /* the object's identity; immutable */
 	ino_t ino;
-	struct kvfs_gpu_pool pool;    /* has its own lock */
+	struct kvfs_tier_pool pool;    /* has its own lock */
 };
 
 static atomic_uint shm_seq;
@@ -56,7 +56,7 @@ static unsigned char *shm_at(struct kvfs_tier *t, const struct kvfs_extent *e,
 
 static int shm_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 {
-	int err = kvfs_gpu_pool_alloc(t, &to_shm(t)->pool, "shm", len, e);
+	int err = kvfs_tier_pool_alloc(t, &to_shm(t)->pool, "shm", len, e);
 
 	if (!err)
 		e->ptr = shm_at(t, e, 0);
@@ -65,12 +65,12 @@ static int shm_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 
 static void shm_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	kvfs_gpu_pool_free(t, &to_shm(t)->pool, e);
+	kvfs_tier_pool_free(t, &to_shm(t)->pool, e);
 }
 
 static int shm_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	return kvfs_gpu_pool_claim(t, &to_shm(t)->pool, e);
+	return kvfs_tier_pool_claim(t, &to_shm(t)->pool, e);
 }
 
 static int shm_write(struct kvfs_tier *t, const struct kvfs_extent *e,
@@ -132,7 +132,7 @@ static void shm_release(struct kvfs_tier *t)
 	munmap(s->mem, (size_t)t->capacity);
 	if (shm_unlink(s->name) && errno != ENOENT)
 		kvfs_warn("shm: unlink %s: %s", s->name, strerror(errno));
-	kvfs_gpu_pool_release(&s->pool);
+	kvfs_tier_pool_release(&s->pool);
 	free(s);
 }
 
@@ -415,7 +415,7 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		kvfs_err("shm: mmap %s: %s", s->name, strerror(-err));
 		goto out_unlink;
 	}
-	err = kvfs_gpu_pool_init(&s->pool, capacity);
+	err = kvfs_tier_pool_init(&s->pool, 0, capacity, KVFS_GPU_ALIGN);
 	if (err)
 		goto out_unmap;
 	close(fd);
