@@ -27,6 +27,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <float.h>
 #include <pthread.h>
@@ -35,6 +36,7 @@
 
 #include "cache/cache_i.h"
 #include "cache/chunk.h"
+#include "meta/guard.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -430,6 +432,7 @@ struct job {
 	struct centry *src;   /* pinned: demotion source (device piece) */
 	struct centry *from;  /* pinned: promotion source (DRAM piece) */
 	const void *host;     /* upload source */
+	void *bounce;         /* ours to free after the upload */
 	bool upload;
 	int rc;
 };
@@ -554,7 +557,71 @@ struct ins {
 	const void *src;
 	struct centry *from; /* pinned DRAM piece (a promotion) */
 	bool spec;
+	/* @src is a client's memory: copied guarded, and kept only if the
+	 * copy still matches @crc (the client may have written meanwhile).
+	 */
+	bool client;
+	bool checked;        /* @crc is the piece's verified CRC */
+	uint32_t crc;
 };
+
+/* Copy into a piece's destination; guarded when a client owns it. */
+static int copy_out(void *dst, const void *src, size_t len, bool client)
+{
+	if (client)
+		return kvfs_guard_memcpy(dst, src, len);
+	memcpy(dst, src, len);
+	return 0;
+}
+
+/*
+ * Copy @len bytes at @off of a pool extent into a piece's destination. A
+ * client's memory is written only by guarded copies: from the pool's host
+ * mapping where there is one, else through a bounce buffer.
+ */
+static int pool_out(struct kvfs_tier *gpu, const struct kvfs_extent *e,
+		    uint64_t off, void *dst, uint64_t len, bool client)
+{
+	const uint8_t *src;
+	void *bounce;
+	int rc;
+
+	if (!client)
+		return gpu->ops->read(gpu, e, off, dst, len);
+	src = gpu->ops->map(gpu, e);
+	if (src)
+		return kvfs_guard_memcpy(dst, src + off, (size_t)len);
+	bounce = malloc((size_t)len);
+	if (!bounce)
+		return -ENOMEM;
+	rc = gpu->ops->read(gpu, e, off, bounce, len);
+	if (!rc)
+		rc = kvfs_guard_memcpy(dst, bounce, (size_t)len);
+	free(bounce);
+	return rc;
+}
+
+/*
+ * A private, verified copy of a piece that sits in a client's memory: the
+ * client may write there at any time, so what the cache keeps is copied
+ * once and checked again. NULL if that memory vanished, changed, or we
+ * are out of memory.
+ */
+static void *client_copy(const struct ins *in)
+{
+	void *v = malloc(in->len);
+
+	if (!v)
+		return NULL;
+	if (kvfs_guard_memcpy(v, in->src, in->len) ||
+	    (in->checked && kvfs_fmt_crc32c(0, v, in->len) != in->crc)) {
+		kvfs_dbg("chunk cache: a piece changed in the caller's memory "
+			 "before it was cached: not cached");
+		free(v);
+		return NULL;
+	}
+	return v;
+}
 
 /* Caller holds st->lock. Decide where @in goes; copies into the pool are
  * queued as jobs.
@@ -594,6 +661,10 @@ static void place(struct kvfs_cache *c, const struct ins *in,
 		    make_room(c, CSET_GPU, ga, sv, jobs)) {
 			struct kvfs_extent x;
 
+			void *bounce = in->client ? client_copy(in) : NULL;
+
+			if (in->client && !bounce)
+				return;
 			if (gpu->ops->alloc(gpu, in->len, &x) == 0) {
 				e = entry_new(st, s, in->layer, in->len,
 					      CSET_GPU, ga);
@@ -603,7 +674,8 @@ static void place(struct kvfs_cache *c, const struct ins *in,
 					e->spec = in->spec;
 					e->pins++;
 					j->dst = e;
-					j->host = in->src;
+					j->host = bounce ? bounce : in->src;
+					j->bounce = bounce;
 					j->upload = true;
 					if (in->from) {
 						in->from->pins++;
@@ -615,6 +687,7 @@ static void place(struct kvfs_cache *c, const struct ins *in,
 					entry_unlink(c, e);
 				gpu->ops->free(gpu, &x);
 			}
+			free(bounce);
 		}
 	}
 	if (in->from || !st->cap[CSET_DRAM])
@@ -625,12 +698,13 @@ static void place(struct kvfs_cache *c, const struct ins *in,
 	e = entry_new(st, s, in->layer, in->len, CSET_DRAM, in->len);
 	if (!e)
 		return;
-	e->host = malloc(in->len);
+	e->host = in->client ? client_copy(in) : malloc(in->len);
 	if (!e->host) {
 		entry_unlink(c, e);
 		return;
 	}
-	memcpy(e->host, in->src, in->len);
+	if (!in->client)
+		memcpy(e->host, in->src, in->len);
 	e->spec = in->spec;
 	e->ready = true;
 	if (in->spec)
@@ -714,6 +788,8 @@ static void cache_insert(struct kvfs_cache *c, const struct ins *in, size_t n)
 		if (in[i].from)
 			entry_put(c, in[i].from);
 	pthread_mutex_unlock(&st->lock);
+	for (size_t i = 0; i < jobs.n; i++)
+		free(jobs.v[i].bounce);
 	free(x);
 	free(jobs.v);
 }
@@ -799,8 +875,10 @@ struct pw {
 	uint64_t abs;       /* in the data file (SSD pieces) */
 	size_t blk;         /* index into the distinct blocks */
 	struct centry *e;   /* pinned cache hit */
+	size_t rg;          /* SSD pieces: index of its read */
 	bool todo;          /* not delivered yet */
 	bool ssd;           /* read from the SSD */
+	bool direct;        /* read straight into its destination */
 };
 
 /* Per distinct block. */
@@ -815,17 +893,6 @@ struct bw {
 	const uint32_t *crc;
 	struct kvfs_extent sx, gx;
 };
-
-struct rng {
-	uint64_t start, end, pos; /* data file range; its place in the buffer */
-};
-
-static int rng_cmp(const void *a, const void *b)
-{
-	const struct rng *x = a, *y = b;
-
-	return (x->start > y->start) - (x->start < y->start);
-}
 
 static int ptr_cmp(const void *a, const void *b)
 {
@@ -978,11 +1045,6 @@ static int check_whole(struct kvfs_cache *c, struct bw *w, const void *img)
 	return 0;
 }
 
-/*
- * Read every piece still to do from the SSD: one readv of the merged,
- * 4 KiB-rounded ranges; each piece checked by its CRC (or its block's
- * image by the block CRC), copied out, and queued in @ins for the cache.
- */
 /* Give back an SSD read buffer: the shared scratch is unlocked, any other
  * freed. NULL is a no-op.
  */
@@ -996,19 +1058,221 @@ static void buf_release(struct kvfs_chunk_state *st, void *buf)
 		free(buf);
 }
 
+/* The shared scratch when free and large enough, else a buffer of our own;
+ * 4 KiB-aligned for O_DIRECT. NULL when out of memory.
+ */
+static uint8_t *buf_get(struct kvfs_chunk_state *st, size_t len)
+{
+	uint8_t *buf = NULL;
+
+	if (pthread_mutex_trylock(&st->scratch_lock) == 0) {
+		if (st->scratch_len < len) {
+			free(st->scratch);
+			st->scratch_len = 0;
+			if (posix_memalign((void **)&st->scratch,
+					   KVFS_FMT_ALIGN, len))
+				st->scratch = NULL;
+			else
+				st->scratch_len = len;
+		}
+		if (st->scratch)
+			return st->scratch;
+		pthread_mutex_unlock(&st->scratch_lock);
+	}
+	if (posix_memalign((void **)&buf, KVFS_FMT_ALIGN, len))
+		return NULL;
+	return buf;
+}
+
+/*
+ * One read of an SSD batch: a span of the data file and where it lands.
+ * A direct read lands in its pieces' own destinations; the others land in
+ * the scratch buffer at @pos and are copied out once checked.
+ */
+struct rng {
+	uint64_t start, end;
+	uint64_t pos;        /* scratch reads: offset in the buffer */
+	uint8_t *dst;        /* direct reads: where the first piece goes */
+	size_t first, n;     /* its pieces: rd.ord[first .. first + n) */
+	uint32_t layer;      /* the lowest layer among them */
+	/* direct reads: a vectored read when its pieces are adjacent on
+	 * disk but not in memory
+	 */
+	struct iovec *iov;
+	unsigned iovcnt;
+	bool contig;         /* direct: memory adjacent so far */
+	bool multi;          /* direct: spans layers (then contig) */
+};
+
+/* What the completion of each read needs. */
+struct rd {
+	struct kvfs_cache *c;
+	struct kvfs_chunk_piece *p;
+	struct pw *pw;
+	struct bw *bw;
+	struct rng *r;
+	struct kvfs_tier_io *io;
+	size_t *ord;         /* piece indices grouped by read */
+	uint8_t *buf;        /* the scratch reads' buffer */
+	struct ins *ins;     /* room for the pieces of one read */
+	struct iovec *iov;   /* the direct reads' iovecs */
+	bool spec, client;
+	kvfs_chunk_cb *cb;
+	void *arg;
+};
+
+static int rng_cmp(const void *a, const void *b)
+{
+	const struct rng *x = a, *y = b;
+
+	return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Piece indices by their place in the data file. */
+static int abs_cmp(const void *a, const void *b, void *arg)
+{
+	const struct pw *pw = arg;
+	uint64_t x = pw[*(const size_t *)a].abs, y = pw[*(const size_t *)b].abs;
+
+	return (x > y) - (x < y);
+}
+
+/* Issue order: layer by layer, each in disk order. */
+static int rng_layer_cmp(const void *a, const void *b)
+{
+	const struct rng *x = a, *y = b;
+
+	if (x->layer != y->layer)
+		return x->layer < y->layer ? -1 : 1;
+	return rng_cmp(a, b);
+}
+
+/* A piece read in place failed: its destination must not keep torn
+ * bytes that look like data.
+ */
+static void scrub(struct rd *d, size_t i)
+{
+	static const uint8_t zero[KVFS_FMT_ALIGN];
+	uint8_t *dst = d->p[i].dst;
+
+	if (!d->pw[i].direct)
+		return;
+	for (uint64_t k = 0; k < d->pw[i].len; k += sizeof(zero))
+		if (copy_out(dst + k, zero, sizeof(zero), d->client))
+			return;
+}
+
+/*
+ * One read has finished: check each of its pieces by its CRC (or its
+ * block's image by the block CRC), deliver it, and offer it to the chunk
+ * cache, while the rest of the batch is still on the disk.
+ */
+static void read_done(struct kvfs_tier_io *io, void *arg)
+{
+	struct rd *d = arg;
+	struct kvfs_cache *c = d->c;
+	const struct rng *r = &d->r[io - d->io];
+	size_t nins = 0;
+
+	for (size_t j = 0; j < r->n; j++) {
+		size_t i = d->ord[r->first + j];
+		struct kvfs_chunk_piece *p = &d->p[i];
+		struct pw *pw = &d->pw[i];
+		struct bw *w = &d->bw[pw->blk];
+		bool direct = pw->direct;
+		const uint8_t *src;
+		char hex[KVFS_KEY_HEX_LEN + 1];
+		uint32_t want, crc = 0;
+
+		if (io->res) {
+			if (!j)
+				kvfs_err("chunk read: %" PRIu64 " bytes at "
+					 "offset %" PRIu64 " of the data file: "
+					 "%s", r->end - r->start, r->start,
+					 strerror(-io->res));
+			p->err = -EIO;
+			scrub(d, i);
+			continue;
+		}
+		src = direct ? p->dst : d->buf + r->pos + (pw->abs - r->start);
+		if (w->whole) {
+			if (!w->err && !w->checked) {
+				w->err = check_whole(c, w, src - pw->off);
+				w->checked = !w->err;
+			}
+			if (w->err) {
+				p->err = w->err;
+				continue;
+			}
+		} else {
+			want = w->crc[(size_t)p->layer * nchunks_of(w->b) +
+				      p->chunk];
+			if (direct && d->client &&
+			    kvfs_guard_crc32c(&crc, src, (size_t)pw->len)) {
+				kvfs_err("chunk read: the caller's memory "
+					 "vanished while chunks were read into "
+					 "it");
+				p->err = -EIO;
+				continue;
+			}
+			if (!(direct && d->client))
+				crc = kvfs_fmt_crc32c(0, src, (size_t)pw->len);
+			if (crc != want) {
+				key_hex(w->b, hex);
+				kvfs_err("ns %s: block %s.kv layer %u chunk %u: "
+					 "the SSD bytes at offset %" PRIu64
+					 " fail their CRC: not served",
+					 w->b->ns->rec.name, hex, p->layer,
+					 p->chunk, pw->abs);
+				atomic_fetch_add(&c->st_csum_errors, 1);
+				p->err = -EBADMSG;
+				scrub(d, i);
+				continue;
+			}
+		}
+		if (!direct && p->dst &&
+		    copy_out(p->dst, src, (size_t)pw->len, d->client)) {
+			kvfs_err("chunk read: the caller's memory vanished "
+				 "while chunks were copied into it");
+			p->err = -EIO;
+			continue;
+		}
+		p->from = KVFS_CHUNK_FROM_SSD;
+		pw->todo = false;
+		if (d->cb)
+			d->cb(d->arg, i);
+		d->ins[nins++] = (struct ins){
+			.b = w->b, .layer = p->layer, .chunk = p->chunk,
+			.len = (uint32_t)pw->len, .src = src, .spec = d->spec,
+			.client = direct && d->client,
+			.crc = w->whole ? 0 : crc, .checked = !w->whole };
+	}
+	cache_insert(c, d->ins, nins);
+}
+
+/*
+ * Read every piece still to do from the SSD, as one readv batch issued
+ * layer by layer. A piece whose destination, offset and length are 4 KiB
+ * multiples is read straight into its destination (no copy); such pieces
+ * adjacent on disk share one read, vectored within a layer, and across
+ * layers only where memory is adjacent too. The others are read into a
+ * scratch buffer through merged, 4 KiB-rounded ranges and copied out once
+ * checked. Each read is checked and delivered as soon as it completes.
+ */
 static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
-		    bool spec, struct ins *ins, size_t *nins, void **bufp,
-		    struct kvfs_chunk_result *res)
+		    bool spec, bool client, struct ins *ins,
+		    struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		    void *arg)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
-	struct rng *r = NULL;
-	struct kvfs_tier_io *io = NULL;
+	struct rd d = { .c = c, .p = p, .pw = pw, .bw = bw, .ins = ins,
+			.spec = spec, .client = client, .cb = cb,
+			.arg = arg };
 	struct kvfs_extent *ex = NULL;
-	size_t nr = 0, m = 0;
+	size_t nr = 0, nd = 0, m, *cnt = NULL;
 	uint64_t total = 0;
-	uint8_t *buf = NULL;
 	int rc = 0;
 
 	for (size_t k = 0; k < nb; k++) {
@@ -1028,18 +1292,18 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	load_crcs(c, bw, nb);
 
-	r = calloc(n + nb, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	for (size_t k = 0; k < nb; k++)
-		if (bw[k].ssd && bw[k].whole && !bw[k].err)
-			r[nr++] = (struct rng){
-				.start = bw[k].sx.off,
-				.end = bw[k].sx.off + bw[k].sx.len };
+	d.r = calloc(n + nb, sizeof(*d.r));
+	d.ord = calloc(n, sizeof(*d.ord));
+	cnt = calloc(n + nb + 1, sizeof(*cnt));
+	if (!d.r || !d.ord || !cnt) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	/* Direct reads first: one per piece, merged below. */
 	for (size_t i = 0; i < n; i++) {
 		struct bw *w = &bw[pw[i].blk];
-		uint64_t a, e;
 
+		pw[i].direct = false;
 		if (!pw[i].ssd)
 			continue;
 		if (w->err) {
@@ -1048,55 +1312,156 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			continue;
 		}
 		pw[i].abs = w->sx.off + pw[i].off;
-		if (w->whole)
+		if (w->whole || !p[i].dst ||
+		    (((uintptr_t)p[i].dst | pw[i].off | pw[i].len) &
+		     (KVFS_FMT_ALIGN - 1)))
 			continue;
-		a = pw[i].off & ~(uint64_t)(KVFS_FMT_ALIGN - 1);
-		e = kvfs_util_align_up(pw[i].off + pw[i].len, KVFS_FMT_ALIGN);
-		r[nr++] = (struct rng){ .start = w->sx.off + a,
-					.end = w->sx.off + e };
+		pw[i].direct = true;
+		d.r[nd++] = (struct rng){ .start = pw[i].abs,
+					  .end = pw[i].abs + pw[i].len,
+					  .dst = p[i].dst,
+					  .layer = p[i].layer,
+					  .contig = true };
+	}
+	/*
+	 * Adjacent on disk: one read. Within a layer it may be vectored
+	 * (one iovec per piece at most, so at most IOV_MAX pieces a read);
+	 * across layers only where memory is adjacent too, so a read never
+	 * holds back an earlier layer for a later one's sake.
+	 */
+	qsort(d.r, nd, sizeof(*d.r), rng_cmp);
+	if (nd) {
+		size_t k = 0;
+
+		d.r[0].n = 1;
+		for (size_t i = 1; i < nd; i++) {
+			struct rng *g = &d.r[k];
+			bool flat = g->contig &&
+				    d.r[i].dst == g->dst + (g->end - g->start);
+
+			if (d.r[i].start == g->end && g->n < IOV_MAX &&
+			    (flat || (!g->multi && d.r[i].layer == g->layer))) {
+				g->multi |= d.r[i].layer != g->layer;
+				g->contig = flat;
+				g->end = d.r[i].end;
+				g->n++;
+			} else {
+				d.r[++k] = d.r[i];
+				d.r[k].n = 1;
+			}
+		}
+		nd = k + 1;
+	}
+	/* Then the scratch ranges, which touching or overlapping merge. */
+	nr = nd;
+	for (size_t k = 0; k < nb; k++)
+		if (bw[k].ssd && bw[k].whole && !bw[k].err)
+			d.r[nr++] = (struct rng){
+				.start = bw[k].sx.off,
+				.end = bw[k].sx.off + bw[k].sx.len };
+	for (size_t i = 0; i < n; i++) {
+		struct bw *w = &bw[pw[i].blk];
+
+		if (!pw[i].ssd || pw[i].direct || w->whole)
+			continue;
+		d.r[nr++] = (struct rng){
+			.start = pw[i].abs & ~(uint64_t)(KVFS_FMT_ALIGN - 1),
+			.end = w->sx.off +
+			       kvfs_util_align_up(pw[i].off + pw[i].len,
+						  KVFS_FMT_ALIGN) };
 	}
 	if (!nr)
 		goto out_free;
-	/* Sorted by disk offset, ranges that touch or overlap become one. */
-	qsort(r, nr, sizeof(*r), rng_cmp);
-	for (size_t i = 1; i < nr; i++) {
-		if (r[i].start <= r[m].end) {
-			if (r[i].end > r[m].end)
-				r[m].end = r[i].end;
+	qsort(d.r + nd, nr - nd, sizeof(*d.r), rng_cmp);
+	m = nd;
+	for (size_t i = nd + 1; i < nr; i++) {
+		if (d.r[i].start <= d.r[m].end) {
+			if (d.r[i].end > d.r[m].end)
+				d.r[m].end = d.r[i].end;
 		} else {
-			r[++m] = r[i];
+			d.r[++m] = d.r[i];
 		}
 	}
-	nr = m + 1;
-	for (size_t i = 0; i < nr; i++) {
-		r[i].pos = total;
-		total += r[i].end - r[i].start;
+	if (nr > nd)
+		nr = m + 1;
+	for (size_t i = nd; i < nr; i++) {
+		d.r[i].pos = total;
+		total += d.r[i].end - d.r[i].start;
 	}
-	io = calloc(nr, sizeof(*io));
-	ex = calloc(nr, sizeof(*ex));
-	if (!io || !ex) {
+	/* Each piece's read: the last one starting at or before it, among
+	 * its kind (both kinds are sorted by start).
+	 */
+	for (size_t i = 0; i < n; i++) {
+		size_t lo = pw[i].direct ? 0 : nd, hi = pw[i].direct ? nd : nr;
+
+		if (!pw[i].ssd)
+			continue;
+		while (hi - lo > 1) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (d.r[mid].start <= pw[i].abs)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		pw[i].rg = lo;
+		cnt[lo + 1]++;
+	}
+	for (size_t i = 0; i < nr; i++) {
+		d.r[i].first = cnt[i];
+		d.r[i].n = cnt[i + 1];
+		cnt[i + 1] += cnt[i];
+	}
+	for (size_t i = 0; i < nr; i++)
+		d.r[i].layer = UINT32_MAX;
+	for (size_t i = 0; i < n; i++)
+		if (pw[i].ssd) {
+			struct rng *g = &d.r[pw[i].rg];
+
+			d.ord[cnt[pw[i].rg]++] = i;
+			if (p[i].layer < g->layer)
+				g->layer = p[i].layer;
+		}
+	/* A direct read's pieces in disk order, as iovecs: pieces
+	 * adjacent in memory too share one.
+	 */
+	if (nd && !(d.iov = malloc(n * sizeof(*d.iov)))) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	if (pthread_mutex_trylock(&st->scratch_lock) == 0) {
-		if (st->scratch_len < total) {
-			free(st->scratch);
-			st->scratch_len = 0;
-			if (posix_memalign((void **)&st->scratch,
-					   KVFS_FMT_ALIGN, (size_t)total))
-				st->scratch = NULL;
-			else
-				st->scratch_len = (size_t)total;
+	for (size_t k = 0, v = 0; k < nd; k++) {
+		struct rng *g = &d.r[k];
+		size_t *o = d.ord + g->first;
+
+		qsort_r(o, g->n, sizeof(*o), abs_cmp, pw);
+		g->iov = d.iov + v;
+		g->iovcnt = 0;
+		for (size_t j = 0; j < g->n; j++) {
+			struct iovec *last = g->iovcnt ?
+					     &g->iov[g->iovcnt - 1] : NULL;
+			uint8_t *dst = p[o[j]].dst;
+
+			if (last && (uint8_t *)last->iov_base +
+						last->iov_len == dst) {
+				last->iov_len += (size_t)pw[o[j]].len;
+				continue;
+			}
+			g->iov[g->iovcnt++] = (struct iovec){
+				.iov_base = dst,
+				.iov_len = (size_t)pw[o[j]].len };
 		}
-		if (st->scratch) {
-			buf = st->scratch;
-		} else {
-			pthread_mutex_unlock(&st->scratch_lock);
-		}
+		v += g->iovcnt;
 	}
-	if (!buf && posix_memalign((void **)&buf, KVFS_FMT_ALIGN,
-				   (size_t)total)) {
-		buf = NULL;
+	/* A period's early layers are wanted first (paper 004 §4.3). */
+	qsort(d.r, nr, sizeof(*d.r), rng_layer_cmp);
+
+	d.io = calloc(nr, sizeof(*d.io));
+	ex = calloc(nr, sizeof(*ex));
+	if (!d.io || !ex) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	if (total && !(d.buf = buf_get(st, (size_t)total))) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
@@ -1104,77 +1469,32 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	 * open occupy: it can be named as an extent of its own.
 	 */
 	for (size_t i = 0; i < nr; i++) {
-		ex[i].off = r[i].start;
-		ex[i].len = r[i].end - r[i].start;
-		io[i].ext = &ex[i];
-		io[i].len = ex[i].len;
-		io[i].buf = buf + r[i].pos;
+		ex[i].off = d.r[i].start;
+		ex[i].len = d.r[i].end - d.r[i].start;
+		d.io[i].ext = &ex[i];
+		d.io[i].len = ex[i].len;
+		if (d.r[i].iovcnt > 1) {
+			d.io[i].iov = d.r[i].iov;
+			d.io[i].iovcnt = d.r[i].iovcnt;
+		} else {
+			d.io[i].buf = d.r[i].iovcnt ? d.r[i].iov[0].iov_base
+						    : d.buf + d.r[i].pos;
+		}
+		d.io[i].done = read_done;
+		d.io[i].arg = &d;
 	}
-	ssd->ops->readv(ssd, io, nr);
+	ssd->ops->readv(ssd, d.io, nr);
 	res->ssd_reads += (uint32_t)nr;
-	res->bytes_read += total;
-
-	for (size_t i = 0; i < n; i++) {
-		struct bw *w = &bw[pw[i].blk];
-		size_t lo = 0, hi = nr;
-		const uint8_t *src;
-		char hex[KVFS_KEY_HEX_LEN + 1];
-
-		if (!pw[i].ssd)
-			continue;
-		/* The last range starting at or before the piece holds it. */
-		while (hi - lo > 1) {
-			size_t mid = lo + (hi - lo) / 2;
-
-			if (r[mid].start <= pw[i].abs)
-				lo = mid;
-			else
-				hi = mid;
-		}
-		if (io[lo].res) {
-			p[i].err = -EIO;
-			continue;
-		}
-		src = buf + r[lo].pos + (pw[i].abs - r[lo].start);
-		if (w->whole) {
-			if (!w->err && !w->checked) {
-				w->err = check_whole(c, w, src - pw[i].off);
-				w->checked = !w->err;
-			}
-			if (w->err) {
-				p[i].err = w->err;
-				continue;
-			}
-		} else if (kvfs_fmt_crc32c(0, src, (size_t)pw[i].len) !=
-			   w->crc[(size_t)p[i].layer * nchunks_of(w->b) +
-				  p[i].chunk]) {
-			key_hex(w->b, hex);
-			kvfs_err("ns %s: block %s.kv layer %u chunk %u: the SSD "
-				 "bytes at offset %" PRIu64 " fail their CRC: "
-				 "not served", w->b->ns->rec.name, hex,
-				 p[i].layer, p[i].chunk, pw[i].abs);
-			atomic_fetch_add(&c->st_csum_errors, 1);
-			p[i].err = -EBADMSG;
-			continue;
-		}
-		if (p[i].dst)
-			memcpy(p[i].dst, src, (size_t)pw[i].len);
-		p[i].from = KVFS_CHUNK_FROM_SSD;
-		pw[i].todo = false;
-		ins[*nins] = (struct ins){ .b = w->b, .layer = p[i].layer,
-					   .chunk = p[i].chunk,
-					   .len = (uint32_t)pw[i].len,
-					   .src = src,
-					   .spec = spec };
-		(*nins)++;
-	}
-	*bufp = buf;
-	buf = NULL;
+	for (size_t i = 0; i < nr; i++)
+		res->bytes_read += ex[i].len;
 out_free:
-	buf_release(st, buf);
-	free(io);
+	buf_release(st, d.buf);
+	free(d.iov);
+	free(d.io);
 	free(ex);
-	free(r);
+	free(d.r);
+	free(d.ord);
+	free(cnt);
 	return rc;
 }
 
@@ -1211,8 +1531,9 @@ static bool would_cache(struct kvfs_cache *c, double s, uint32_t len)
  * their pin); every other pin is dropped.
  */
 static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
-			struct pw *pw, size_t n, bool spec, struct ins *ins,
-			size_t *nins, struct kvfs_chunk_result *res)
+			struct pw *pw, size_t n, bool spec, bool client,
+			struct ins *ins, size_t *nins,
+			struct kvfs_chunk_result *res)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
@@ -1274,9 +1595,10 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			continue;
 		/* host and ext never change once a piece is ready. */
 		if (p[i].dst && e->host)
-			memcpy(p[i].dst, e->host, e->len);
+			rc = copy_out(p[i].dst, e->host, e->len, client);
 		else if (p[i].dst)
-			rc = gpu->ops->read(gpu, &e->ext, 0, p[i].dst, e->len);
+			rc = pool_out(gpu, &e->ext, 0, p[i].dst, e->len,
+				      client);
 		if (rc)
 			continue; /* served from below instead */
 		p[i].from = KVFS_CHUNK_FROM_CACHE;
@@ -1302,7 +1624,7 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 /* Serve what the blocks' own DRAM or pool copies hold. */
 static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			 struct pw *pw, size_t n, struct bw *bw, size_t nb,
-			 struct kvfs_chunk_result *res)
+			 bool client, struct kvfs_chunk_result *res)
 {
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
 
@@ -1334,12 +1656,12 @@ static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		base = atomic_load(&w->b->dram_ptr);
 		if (base) {
 			if (p[i].dst)
-				memcpy(p[i].dst, base + pw[i].off,
-				       (size_t)pw[i].len);
+				rc = copy_out(p[i].dst, base + pw[i].off,
+					      (size_t)pw[i].len, client);
 		} else if (w->leased) {
 			if (p[i].dst)
-				rc = gpu->ops->read(gpu, &w->gx, pw[i].off,
-						    p[i].dst, pw[i].len);
+				rc = pool_out(gpu, &w->gx, pw[i].off, p[i].dst,
+					      pw[i].len, client);
 		} else {
 			continue;
 		}
@@ -1359,8 +1681,17 @@ static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    size_t n, unsigned flags, struct kvfs_chunk_result *res)
 {
+	return kvfs_chunk_read_cb(c, p, n, flags, res, NULL, NULL);
+}
+
+int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		       size_t n, unsigned flags,
+		       struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		       void *arg)
+{
 	struct kvfs_chunk_state *st = c->chunks;
 	bool spec = flags & KVFS_CHUNK_SPECULATIVE;
+	bool client = flags & KVFS_CHUNK_CLIENT_DST;
 	struct kvfs_chunk_result r0;
 	struct kvfs_block **bs = NULL;
 	struct pw *pw = NULL;
@@ -1368,13 +1699,13 @@ int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	struct kc *kc = NULL;
 	struct ins *ins = NULL;
 	size_t nb = 0, nkc = 0, nins = 0;
-	void *buf = NULL;
 	int rc, worst = 0;
 
 	if (!res)
 		res = &r0;
 	memset(res, 0, sizeof(*res));
-	if (flags & ~(unsigned)KVFS_CHUNK_SPECULATIVE) {
+	if (flags & ~(unsigned)(KVFS_CHUNK_SPECULATIVE |
+				KVFS_CHUNK_CLIENT_DST)) {
 		kvfs_err("chunk read: unknown flags %#x", flags);
 		return -EINVAL;
 	}
@@ -1438,8 +1769,11 @@ int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	scores_ensure(c, kc, nkc);
 
-	serve_cache(c, p, pw, n, spec, ins, &nins, res);
-	serve_blocks(c, p, pw, n, bw, nb, res);
+	serve_cache(c, p, pw, n, spec, client, ins, &nins, res);
+	serve_blocks(c, p, pw, n, bw, nb, client, res);
+	for (size_t i = 0; i < n && cb; i++)
+		if (p[i].from)
+			cb(arg, i);
 
 	/* A speculative piece is worth a read only if it would be kept. */
 	if (spec) {
@@ -1462,9 +1796,9 @@ int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			bw[pw[i].blk].ssd = true;
 			atomic_fetch_add(&st->bytes_missed, pw[i].len);
 		}
-	rc = read_ssd(c, p, pw, n, bw, nb, spec, ins, &nins, &buf, res);
+	/* serve_cache's promotions first: read_ssd reuses the array. */
 	cache_insert(c, ins, nins);
-	buf_release(st, buf);
+	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, res, cb, arg);
 
 	for (size_t i = 0; i < n; i++) {
 		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)

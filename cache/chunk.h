@@ -72,6 +72,13 @@ enum kvfs_chunk_flags {
 	 * Such loads do not count in F until an engine request uses them.
 	 */
 	KVFS_CHUNK_SPECULATIVE = 1 << 0,
+	/* Every dst is memory a client owns (its shm, mapped by us): it may
+	 * vanish or change at any time, so it is written only by the kernel
+	 * (O_DIRECT reads) or by guarded copies, and what the chunk cache
+	 * keeps from it is copied once and checked again. Without it, dst
+	 * is the caller's own memory.
+	 */
+	KVFS_CHUNK_CLIENT_DST = 1 << 1,
 };
 
 /* Set up the chunk cache from the config ([chunks] capacities); 0 or
@@ -84,9 +91,16 @@ void kvfs_chunk_release(struct kvfs_cache *c);
 /*
  * kvfs_chunk_read() - deliver @n pieces (all of one namespace).
  * Memory first (chunk cache, then the block's DRAM or pool copy); the rest
- * is read from the SSD in one io_uring batch, pieces that are adjacent in
- * the data file coalesced into one read. Returns 0, -EINVAL (a layer or
- * chunk out of range for its block, a NULL dst without
+ * is read from the SSD in one io_uring batch. A piece whose dst, offset
+ * and length are 4 KiB-aligned is read straight into dst (no copy), and
+ * such pieces adjacent both in the data file and in memory share one
+ * read; other pieces adjacent in the data file are coalesced into one
+ * read of a scratch buffer and copied out. Each read is verified and
+ * delivered as soon as it completes, while the rest are on the disk. The
+ * dst of a piece that failed is left as it was, or zeroed where the read
+ * went straight there: torn bytes are never left in it.
+ * Returns 0, -EINVAL (a layer or chunk out of range for its block, a NULL
+ * dst without
  * KVFS_CHUNK_SPECULATIVE, unknown flags: checked before anything is read,
  * nothing delivered, logged), -EBADMSG (a piece failed its CRC: not
  * delivered, logged), -EIO, -ENOENT (a block was deleted meanwhile),
@@ -102,6 +116,19 @@ void kvfs_chunk_release(struct kvfs_cache *c);
  */
 int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    size_t n, unsigned flags, struct kvfs_chunk_result *res);
+
+/*
+ * kvfs_chunk_read_cb() - kvfs_chunk_read() that also calls @cb(@arg, i) for
+ * each piece p[i] as soon as it is delivered (p[i].from set), on the
+ * calling thread, while later pieces may still be on the disk: an engine
+ * can start on layer l while l+1.. load. Pieces that are not delivered get
+ * no call. SSD reads are issued layer by layer, each layer in disk order.
+ */
+typedef void kvfs_chunk_cb(void *arg, size_t i);
+int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		       size_t n, unsigned flags,
+		       struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		       void *arg);
 
 /* Add an engine-reported attention score to chunk @chunk of @b: I += @a
  * (a sum that would overflow stays at DBL_MAX). 0, -EINVAL (chunk out of

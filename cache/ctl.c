@@ -57,6 +57,12 @@ struct kvfs_ctl_session {
 	pthread_mutex_t stage_lock; /* guards stage, stage_len */
 	uint8_t *stage;
 	size_t stage_len;
+	/* The client memory its last FETCH_CHUNKS wrote, kept open: an
+	 * engine reuses one buffer, and mapping it anew per request costs
+	 * more than a sparse fetch. Taken by try-lock like the stage.
+	 */
+	pthread_mutex_t peer_lock; /* guards peer */
+	struct kvfs_gpu_peer *peer;
 	struct kvfs_ctl_session *next; /* c->ctl_lock */
 };
 
@@ -92,6 +98,7 @@ int kvfs_ctl_open(struct kvfs_cache *c, struct kvfs_ctl_session **out)
 	s->c = c;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->stage_lock, NULL);
+	pthread_mutex_init(&s->peer_lock, NULL);
 	pthread_mutex_lock(&c->ctl_lock);
 	s->next = c->sessions;
 	c->sessions = s;
@@ -198,6 +205,9 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s)
 	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->stage_lock);
+	if (s->peer)
+		c->gops->peer_close(c->tier[KVFS_TIER_GPU], s->peer);
+	pthread_mutex_destroy(&s->peer_lock);
 	free(s->stage);
 	free(s->l);
 	free(s->rg);
@@ -1140,6 +1150,72 @@ out_free:
 	free(j);
 }
 
+/*
+ * Open the client memory @m for a request: the session's kept peer when
+ * it names the same object, else a new one, kept for next time. *@kept
+ * says whether peer_put() must hand it back rather than close it.
+ */
+static int peer_get(struct ctx *x, const struct kvfs_ctl_mem *m,
+		    struct kvfs_gpu_peer **out, bool *kept)
+{
+	struct kvfs_tier *gpu = x->c->tier[KVFS_TIER_GPU];
+	const struct kvfs_gpu_ops *go = x->c->gops;
+	struct kvfs_ctl_session *s = x->s;
+	int rc;
+
+	*kept = false;
+	if (!go->peer_same || pthread_mutex_trylock(&s->peer_lock))
+		return go->peer_open(gpu, m, out);
+	if (s->peer && go->peer_same(gpu, s->peer, m)) {
+		*out = s->peer;
+		*kept = true;
+		return 0;
+	}
+	if (s->peer) {
+		go->peer_close(gpu, s->peer);
+		s->peer = NULL;
+	}
+	rc = go->peer_open(gpu, m, &s->peer);
+	if (rc) {
+		s->peer = NULL;
+		pthread_mutex_unlock(&s->peer_lock);
+		return rc;
+	}
+	*out = s->peer;
+	*kept = true;
+	return 0;
+}
+
+static void peer_put(struct ctx *x, struct kvfs_gpu_peer *p, bool kept)
+{
+	if (kept)
+		pthread_mutex_unlock(&x->s->peer_lock);
+	else if (p)
+		x->c->gops->peer_close(x->c->tier[KVFS_TIER_GPU], p);
+}
+
+/* Per-layer completion of a FETCH_CHUNKS batch delivered in place. */
+struct layer_progress {
+	struct sync_word *sw;
+	uint32_t *got;  /* pieces delivered, per layer of the batch */
+	uint32_t nc;    /* pieces per layer */
+	uint32_t l0;    /* the batch's first layer, request-relative */
+	uint32_t nl;    /* layers in the batch */
+	uint32_t next;  /* layers of the batch signalled so far */
+};
+
+/* kvfs_chunk_cb: piece @i (layer-major, nc a layer) is in place. Layers
+ * are signalled in order, each once all of it and all before it are.
+ */
+static void layer_got(void *arg, size_t i)
+{
+	struct layer_progress *lp = arg;
+
+	lp->got[i / lp->nc]++;
+	while (lp->next < lp->nl && lp->got[lp->next] == lp->nc)
+		sync_signal(lp->sw, lp->l0 + ++lp->next);
+}
+
 static int op_fetch_chunks(struct ctx *x)
 {
 	const struct kvfs_ctl_req *r = x->r;
@@ -1152,9 +1228,11 @@ static int op_fetch_chunks(struct ctx *x)
 	struct kvfs_gpu_xfer *xf = NULL;
 	struct kvfs_block **v = NULL;
 	struct sync_word sw = { 0 };
+	struct layer_progress lp = { 0 };
+	bool peer_kept = false;
 	uint32_t *sorted = NULL, *local = NULL;
 	size_t *bi = NULL;
-	uint8_t *stage = NULL;
+	uint8_t *stage = NULL, *direct = NULL;
 	bool own_stage = true;
 	uint64_t cb = 0, lo, total, region_off = 0;
 	uint32_t sp, nc = r->n_chunks;
@@ -1211,7 +1289,7 @@ static int op_fetch_chunks(struct ctx *x)
 			goto out_put;
 		}
 	} else {
-		rc = go->peer_open(gpu, &r->peer, &peer);
+		rc = peer_get(x, &r->peer, &peer, &peer_kept);
 		if (rc) {
 			fail(x, rc, "%s", "cannot open the caller's memory");
 			rc = 0;
@@ -1226,12 +1304,26 @@ static int op_fetch_chunks(struct ctx *x)
 	}
 	if (r->sync.shm_name[0] && sync_open(x, &sw))
 		goto out_region;
-	size_t need = (size_t)sp * nc * cb;
+	/*
+	 * Where the destination is host memory (the shm backend's pool, or
+	 * a client's shm), chunks go straight there: O_DIRECT reads land in
+	 * it with no copy. Otherwise (cuda) they are staged in host memory
+	 * and copied up, one copy per layer.
+	 */
+	direct = pool ? gpu->ops->map(gpu, &region)
+		      : (go->peer_map ? go->peer_map(gpu, peer) : NULL);
+	if (direct && !pool)
+		direct += x->dst[0].off;
+	size_t need = direct ? 0 : (size_t)sp * nc * cb;
 
-	if (pthread_mutex_trylock(&x->s->stage_lock) == 0) {
+	if (direct) {
+		/* no staging */
+	} else if (pthread_mutex_trylock(&x->s->stage_lock) == 0) {
 		if (x->s->stage_len < need) {
 			free(x->s->stage);
-			x->s->stage = malloc(need);
+			if (posix_memalign((void **)&x->s->stage,
+					   KVFS_FMT_ALIGN, need))
+				x->s->stage = NULL;
 			x->s->stage_len = x->s->stage ? need : 0;
 		}
 		stage = x->s->stage;
@@ -1239,11 +1331,21 @@ static int op_fetch_chunks(struct ctx *x)
 		if (!stage)
 			pthread_mutex_unlock(&x->s->stage_lock);
 	}
-	if (!stage)
-		stage = malloc(need);
+	if (!stage && !direct &&
+	    posix_memalign((void **)&stage, KVFS_FMT_ALIGN, need))
+		stage = NULL;
+	/* Straight into host memory, the whole request is one batch,
+	 * issued layer by layer, each layer signalled once it is all there.
+	 * Staged, a batch is a sub-period (the stage holds one).
+	 */
+	if (direct)
+		sp = r->n_layers;
 	pc = calloc((size_t)sp * nc, sizeof(*pc));
 	xf = calloc(nc, sizeof(*xf));
-	if (!stage || !pc || !xf) {
+	lp.got = direct ? calloc(sp, sizeof(*lp.got)) : NULL;
+	lp.sw = &sw;
+	lp.nc = nc;
+	if ((!stage && !direct) || !pc || !xf || (direct && !lp.got)) {
 		rc = -ENOMEM;
 		goto out_sync;
 	}
@@ -1265,9 +1367,18 @@ static int op_fetch_chunks(struct ctx *x)
 				q->b = v[bi[k]];
 				q->layer = r->layer_first + l0 + l;
 				q->chunk = local[k];
-				q->dst = stage + ((size_t)l * nc + k) * cb;
+				q->dst = direct ? direct + ((uint64_t)(l0 + l) *
+							    nc + k) * cb
+						: stage + ((size_t)l * nc + k) *
+							  cb;
 			}
-		rc = kvfs_chunk_read(x->c, pc, (size_t)nl * nc, 0, &res);
+		lp.l0 = l0;
+		lp.nl = nl;
+		lp.next = 0;
+		rc = kvfs_chunk_read_cb(x->c, pc, (size_t)nl * nc,
+					direct && !pool ? KVFS_CHUNK_CLIENT_DST
+							: 0, &res,
+					direct && sw.w ? layer_got : NULL, &lp);
 		x->resp->bytes_wanted += res.bytes_wanted;
 		x->resp->bytes_read += res.bytes_read;
 		x->resp->ssd_reads += res.ssd_reads;
@@ -1282,7 +1393,10 @@ static int op_fetch_chunks(struct ctx *x)
 			rc = 0;
 			goto out_sync;
 		}
-		for (uint32_t l = 0; l < nl; l++) {
+		for (uint32_t l = lp.next; l < nl && direct; l++)
+			if (sw.w)
+				sync_signal(&sw, l0 + l + 1);
+		for (uint32_t l = 0; l < nl && !direct; l++) {
 			uint64_t base = ((uint64_t)(l0 + l) * nc) * cb;
 
 			for (uint32_t k = 0; k < nc; k++) {
@@ -1349,8 +1463,7 @@ out_region:
 	if (region.len)
 		gpu->ops->free(gpu, &region);
 out_peer:
-	if (peer)
-		go->peer_close(gpu, peer);
+	peer_put(x, peer, peer_kept);
 out_put:
 	put_all(x->c, v, x->nk);
 out_free:
@@ -1364,6 +1477,7 @@ out_free:
 		pthread_mutex_unlock(&x->s->stage_lock);
 	free(pc);
 	free(xf);
+	free(lp.got);
 	return rc;
 }
 

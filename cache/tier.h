@@ -36,14 +36,36 @@ struct kvfs_extent {
 	void *ptr;     /* memory tiers: the buffer; NULL otherwise */
 };
 
-/* One range of a batched read: @len bytes at extent offset @off to @buf. */
+/*
+ * One range of a batched read: @len bytes at extent offset @off to @buf.
+ * @done, when set, is called exactly once per range, as soon as that
+ * range's @res is final, on the thread that called ->readv, possibly while
+ * later ranges are still in flight (ssd): a caller verifies and delivers
+ * each range while the disk works on the rest. It must not call into the
+ * same tier.
+ */
 struct kvfs_tier_io {
 	const struct kvfs_extent *ext;
 	uint64_t off;
 	uint64_t len;
 	void *buf;
+	/* ssd only: when set, the range is read into these @iovcnt
+	 * buffers in order (one vectored read; each base and length
+	 * 4096-aligned, the lengths summing to @len) and @buf is unused.
+	 */
+	const struct iovec *iov;
+	unsigned iovcnt;
 	int res; /* out: 0 or -errno */
+	void (*done)(struct kvfs_tier_io *io, void *arg);
+	void *arg;
 };
+
+/* Call @io->done if set (tiers' readv helper). */
+static inline void kvfs_tier_io_done(struct kvfs_tier_io *io)
+{
+	if (io->done)
+		io->done(io, io->arg);
+}
 
 struct kvfs_tier_stats {
 	atomic_uint_least64_t hits, misses, evictions;
@@ -83,7 +105,8 @@ struct kvfs_tier_ops {
 	 * ssd) and wait for all. Returns 0 if all succeeded, else the first
 	 * error (lowest index); each io->res says its own result. A range
 	 * that fails the checks of ->read is not issued (res -EINVAL); each
-	 * issued range counts one op in st.reads.
+	 * issued range counts one op in st.reads. Every range's ->done, if
+	 * set, has been called when readv returns.
 	 */
 	int (*readv)(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n);
 	/* Make every completed write durable (fdatasync). 0 or -errno. */

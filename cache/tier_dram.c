@@ -106,6 +106,7 @@ static int dram_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
 		io[i].res = io[i].ext ?
 			dram_read(t, io[i].ext, io[i].off, io[i].buf,
 				  io[i].len) : -EINVAL;
+		kvfs_tier_io_done(&io[i]);
 		if (io[i].res && !first)
 			first = io[i].res;
 	}

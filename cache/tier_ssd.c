@@ -29,16 +29,18 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache/extent.h"
 #include "cache/tier.h"
 #include "cache/tier_i.h"
+#include "meta/guard.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
 #define SSD_ALIGN 4096u
-/* In-flight requests per ring; a larger readv() batch is split. */
+/* In-flight requests per ring; a larger readv() batch streams through. */
 #define SSD_RING_DEPTH 256u
 #define SSD_MAX_RINGS 64u
 /* The SQE length is 32 bits: longer transfers continue like short ones. */
@@ -68,6 +70,9 @@ struct kvfs_tier_ssd {
 struct ssd_req {
 	uint64_t pos;       /* file offset of the next byte */
 	unsigned char *buf; /* next byte of the caller's buffer */
+	struct iovec *iov;  /* vectored: what is left of a copy of the
+			     * caller's iovecs (NULL: @buf) */
+	unsigned iovcnt;
 	uint64_t left;      /* bytes still to transfer */
 	size_t io;          /* index of the caller's kvfs_tier_io */
 	long next;          /* link in the list of requests to resubmit */
@@ -115,7 +120,9 @@ static void ssd_prep(struct kvfs_tier_ssd *s, struct io_uring_sqe *sqe,
 {
 	unsigned len = q->left > SSD_MAX_IO ? SSD_MAX_IO : (unsigned)q->left;
 
-	if (q->write)
+	if (q->iov)
+		io_uring_prep_readv(sqe, s->fd, q->iov, q->iovcnt, q->pos);
+	else if (q->write)
 		io_uring_prep_write(sqe, s->fd, q->buf, len, q->pos);
 	else
 		io_uring_prep_read(sqe, s->fd, q->buf, len, q->pos);
@@ -150,6 +157,17 @@ static bool ssd_complete(struct ssd_req *q, int res)
 	q->pos += (uint64_t)res;
 	q->buf += res;
 	q->left -= (uint64_t)res;
+	for (size_t done = (size_t)res; q->iov && done;) {
+		size_t k = done < q->iov->iov_len ? done : q->iov->iov_len;
+
+		q->iov->iov_base = (char *)q->iov->iov_base + k;
+		q->iov->iov_len -= k;
+		done -= k;
+		if (!q->iov->iov_len && q->iovcnt > 1) {
+			q->iov++;
+			q->iovcnt--;
+		}
+	}
 	if (q->left)
 		return true; /* short transfer: continue with the rest */
 	q->res = 0;
@@ -157,11 +175,20 @@ static bool ssd_complete(struct ssd_req *q, int res)
 }
 
 /*
- * Run @n requests (n <= SSD_RING_DEPTH) on @r, which the caller holds, and
- * wait for every one of them.  Short transfers are resubmitted in place.
+ * Run @n requests on @r, which the caller holds, at most SSD_RING_DEPTH in
+ * flight, refilling as they complete; wait for every one of them. Short
+ * transfers are resubmitted in place.
  */
+static void ssd_finish(struct ssd_req *q, struct kvfs_tier_io *io)
+{
+	if (!io)
+		return;
+	io[q->io].res = q->res;
+	kvfs_tier_io_done(&io[q->io]);
+}
+
 static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
-		    struct ssd_req *q, size_t n)
+		    struct ssd_req *q, size_t n, struct kvfs_tier_io *io)
 {
 	struct io_uring_cqe *cqe;
 	size_t next = 0;   /* first request never submitted */
@@ -204,9 +231,13 @@ static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
 			ret = cqe->res;
 			io_uring_cqe_seen(&r->ring, cqe);
 			inflight--;
-			if (i < n && ssd_complete(&q[i], ret)) {
+			if (i >= n)
+				continue;
+			if (ssd_complete(&q[i], ret)) {
 				q[i].next = retry;
 				retry = (long)i;
+			} else {
+				ssd_finish(&q[i], io);
 			}
 		}
 	}
@@ -214,18 +245,41 @@ static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
 
 out_fail:
 	for (i = 0; i < n; i++)
-		if (q[i].res > 0)
+		if (q[i].res > 0) {
 			q[i].res = -EIO;
+			ssd_finish(&q[i], io);
+		}
 }
 
-static void ssd_run_mem(struct kvfs_tier_ssd *s, struct ssd_req *q, size_t n)
+/*
+ * A read may land in memory a client owns (chunk reads straight into its
+ * shm): guarded like the kernel's own copy would be, which fails with
+ * EFAULT rather than a signal.
+ */
+static void ssd_run_mem(struct kvfs_tier_ssd *s, struct ssd_req *q, size_t n,
+			struct kvfs_tier_io *io)
 {
 	for (size_t i = 0; i < n; i++) {
+		uint64_t at = q[i].pos;
+
 		if (q[i].write)
 			memcpy(s->mem + q[i].pos, q[i].buf, q[i].left);
-		else
-			memcpy(q[i].buf, s->mem + q[i].pos, q[i].left);
-		q[i].res = 0;
+		else if (!q[i].iov &&
+			 kvfs_guard_memcpy(q[i].buf, s->mem + q[i].pos,
+					   q[i].left))
+			q[i].res = -EFAULT;
+		for (unsigned k = 0; q[i].iov && k < q[i].iovcnt; k++) {
+			if (kvfs_guard_memcpy(q[i].iov[k].iov_base,
+					      s->mem + at,
+					      q[i].iov[k].iov_len)) {
+				q[i].res = -EFAULT;
+				break;
+			}
+			at += q[i].iov[k].iov_len;
+		}
+		if (q[i].res > 0)
+			q[i].res = 0;
+		ssd_finish(&q[i], io);
 	}
 }
 
@@ -254,12 +308,40 @@ static int ssd_check(struct kvfs_tier_ssd *s, const char *what,
 	return 0;
 }
 
+/* A vectored range: @len is the sum of its iovecs, each 4 KiB-aligned. */
+static int ssd_check_iov(struct kvfs_tier_ssd *s, const struct kvfs_tier_io *io)
+{
+	uint64_t sum = 0;
+
+	if (!io->iovcnt || io->iovcnt > IOV_MAX) {
+		kvfs_err("ssd: readv of %u iovecs (1 to %d)", io->iovcnt,
+			 IOV_MAX);
+		return -EINVAL;
+	}
+	for (unsigned k = 0; k < io->iovcnt; k++) {
+		int err = ssd_check(s, "readv", io->ext, io->off + sum,
+				    io->iov[k].iov_base, io->iov[k].iov_len);
+
+		if (err)
+			return err;
+		sum += io->iov[k].iov_len;
+	}
+	if (sum != io->len) {
+		kvfs_err("ssd: readv iovecs hold %" PRIu64 " bytes, the range "
+			 "%" PRIu64, sum, io->len);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static void ssd_req_init(struct ssd_req *q, const struct kvfs_extent *e,
 			 uint64_t off, void *buf, uint64_t len, bool write,
 			 size_t io)
 {
 	q->pos = e->off + off;
 	q->buf = buf;
+	q->iov = NULL;
+	q->iovcnt = 0;
 	q->left = len;
 	q->io = io;
 	q->next = -1;
@@ -268,14 +350,18 @@ static void ssd_req_init(struct ssd_req *q, const struct kvfs_extent *e,
 	q->write = write;
 }
 
-/* Run @n <= SSD_RING_DEPTH requests on a ring already held, or in memory. */
+/*
+ * Run @n requests on a ring already held, or in memory.
+ * With @io (readv), each request's range gets its result and its done
+ * callback as soon as it finishes.
+ */
 static void ssd_submit(struct kvfs_tier_ssd *s, struct ssd_ring *r,
-		       struct ssd_req *q, size_t n)
+		       struct ssd_req *q, size_t n, struct kvfs_tier_io *io)
 {
 	if (s->mem)
-		ssd_run_mem(s, q, n);
+		ssd_run_mem(s, q, n, io);
 	else
-		ssd_run(s, r, q, n);
+		ssd_run(s, r, q, n, io);
 }
 
 static int ssd_rw(struct kvfs_tier *t, const struct kvfs_extent *e,
@@ -292,7 +378,7 @@ static int ssd_rw(struct kvfs_tier *t, const struct kvfs_extent *e,
 	ssd_req_init(&q, e, off, buf, len, write, 0);
 	if (!s->mem)
 		r = ssd_ring_get(s);
-	ssd_submit(s, r, &q, 1);
+	ssd_submit(s, r, &q, 1, NULL);
 	if (r)
 		ssd_ring_put(r);
 	if (write)
@@ -324,7 +410,6 @@ static void ssd_readv_done(struct kvfs_tier *t, struct kvfs_tier_io *io,
 	uint64_t bytes = 0;
 
 	for (size_t j = 0; j < n; j++) {
-		io[q[j].io].res = q[j].res;
 		if (!q[j].res)
 			bytes += io[q[j].io].len;
 	}
@@ -334,38 +419,79 @@ static void ssd_readv_done(struct kvfs_tier *t, struct kvfs_tier_io *io,
 static int ssd_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
 {
 	struct kvfs_tier_ssd *s = to_ssd(t);
-	struct ssd_req q[SSD_RING_DEPTH];
+	struct ssd_req stack_q[SSD_RING_DEPTH], *q = stack_q;
 	struct ssd_ring *r = NULL;
-	size_t nq = 0;
+	struct iovec *iov = NULL;
+	size_t nq = 0, win = SSD_RING_DEPTH, niov = 0;
 	int first = 0;
 
 	if (n && !io) {
 		kvfs_err("ssd: readv of %zu ranges with no array", n);
 		return -EINVAL;
 	}
+	/*
+	 * A large batch runs as one stream: the ring is refilled as reads
+	 * complete, so the disk never drains between windows. Without the
+	 * memory for that, it runs in windows of the ring's depth.
+	 */
+	if (n > SSD_RING_DEPTH) {
+		q = malloc(n * sizeof(*q));
+		if (q)
+			win = n;
+		else
+			q = stack_q;
+	}
+	/* Vectored reads advance through copies of their iovecs. */
+	for (size_t i = 0; i < n; i++)
+		niov += io[i].iov ? io[i].iovcnt : 0;
+	if (niov && !(iov = malloc(niov * sizeof(*iov)))) {
+		if (q != stack_q)
+			free(q);
+		for (size_t i = 0; i < n; i++) {
+			io[i].res = -ENOMEM;
+			kvfs_tier_io_done(&io[i]);
+		}
+		return -ENOMEM;
+	}
+	niov = 0;
 	for (size_t i = 0; i < n; i++) {
-		io[i].res = ssd_check(s, "readv", io[i].ext, io[i].off,
-				      io[i].buf, io[i].len);
-		if (io[i].res || !io[i].len)
+		io[i].res = io[i].iov ? ssd_check_iov(s, &io[i])
+				      : ssd_check(s, "readv", io[i].ext,
+						  io[i].off, io[i].buf,
+						  io[i].len);
+		if (io[i].res || !io[i].len) {
+			kvfs_tier_io_done(&io[i]);
 			continue;
-		ssd_req_init(&q[nq++], io[i].ext, io[i].off, io[i].buf,
+		}
+		ssd_req_init(&q[nq], io[i].ext, io[i].off, io[i].buf,
 			     io[i].len, false, i);
-		if (nq < SSD_RING_DEPTH)
+		if (io[i].iov) {
+			q[nq].iov = iov + niov;
+			q[nq].iovcnt = io[i].iovcnt;
+			memcpy(iov + niov, io[i].iov,
+			       io[i].iovcnt * sizeof(*iov));
+			niov += io[i].iovcnt;
+		}
+		nq++;
+		if (nq < win)
 			continue;
 		if (!s->mem && !r)
 			r = ssd_ring_get(s);
-		ssd_submit(s, r, q, nq);
+		ssd_submit(s, r, q, nq, io);
 		ssd_readv_done(t, io, q, nq);
 		nq = 0;
 	}
 	if (nq) {
 		if (!s->mem && !r)
 			r = ssd_ring_get(s);
-		ssd_submit(s, r, q, nq);
+		ssd_submit(s, r, q, nq, io);
 		ssd_readv_done(t, io, q, nq);
 	}
 	if (r)
 		ssd_ring_put(r);
+	if (q != stack_q)
+		free(q);
+	free(iov);
 	for (size_t i = 0; i < n && !first; i++)
 		first = io[i].res;
 	return first;

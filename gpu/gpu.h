@@ -39,6 +39,7 @@
 #ifndef KVFS_GPU_GPU_H
 #define KVFS_GPU_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,20 @@ struct kvfs_gpu_ops {
 			 struct kvfs_gpu_peer **out);
 	void (*peer_close)(struct kvfs_tier *t, struct kvfs_gpu_peer *p);
 	uint64_t (*peer_size)(const struct kvfs_gpu_peer *p);
+	/* The host address of byte 0 of @p, valid until peer_close, or NULL
+	 * where peer memory is not host memory (cuda). The memory is the
+	 * client's: it can vanish under us, so every access to it must be
+	 * guarded (meta/guard.h) or made by the kernel (an O_DIRECT read
+	 * into it fails with EFAULT, no signal).
+	 */
+	void *(*peer_map)(struct kvfs_tier *t, struct kvfs_gpu_peer *p);
+	/* Whether @m names the memory @p has open (the same object, still
+	 * at least as large), so an opened peer can serve the client's next
+	 * request. NULL where a backend keeps no such identity (cuda keeps
+	 * its own handle cache).
+	 */
+	bool (*peer_same)(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
+			  const struct kvfs_ctl_mem *m);
 	/* Copy @n transfers into peer memory, all complete on return.
 	 * -EINVAL if any range falls outside the peer or the pool extent
 	 * (or the extent outside the pool), a transfer has neither pool nor

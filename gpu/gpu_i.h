@@ -33,6 +33,7 @@ struct kvfs_gpu_peer {
 	unsigned char *base;   /* shm: our mapping; cuda: device pointer */
 	uint64_t size;         /* usable bytes: the descriptor's size */
 	void *priv;            /* cuda: its handle cache entry */
+	uint64_t dev, ino;     /* shm: the object's identity */
 };
 
 /* ->peer_size of both backends. */

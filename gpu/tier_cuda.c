@@ -481,6 +481,7 @@ static int cuda_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (!io[i].res)
 			io[i].res = err;
+		kvfs_tier_io_done(&io[i]);
 		if (io[i].res && !first)
 			first = io[i].res;
 	}
@@ -836,11 +837,18 @@ static int cuda_upload(struct kvfs_tier *t, const struct kvfs_gpu_xfer *x,
 	return err;
 }
 
+/* Peer memory is device memory: never host-addressable. */
+static void *cuda_peer_map(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
+{
+	return NULL;
+}
+
 static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.describe = cuda_describe,
 	.peer_open = cuda_peer_open,
 	.peer_close = cuda_peer_close,
 	.peer_size = kvfs_gpu_peer_size,
+	.peer_map = cuda_peer_map,
 	.peer_write = cuda_peer_write,
 	.peer_read = cuda_peer_read,
 	.upload = cuda_upload,

@@ -106,6 +106,7 @@ static int shm_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		io[i].res = shm_read(t, io[i].ext, io[i].off, io[i].buf,
 				     io[i].len);
+		kvfs_tier_io_done(&io[i]);
 		if (io[i].res && !first)
 			first = io[i].res;
 	}
@@ -222,6 +223,8 @@ static int shm_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 	p->t = t;
 	p->base = mem;
 	p->size = m->size;
+	p->dev = (uint64_t)sb.st_dev;
+	p->ino = (uint64_t)sb.st_ino;
 	*out = p;
 	return 0;
 
@@ -254,6 +257,34 @@ static int peer_vanished(const char *op)
 {
 	kvfs_warn("shm: %s: the peer object shrank during the copy", op);
 	return -EFAULT;
+}
+
+static bool shm_peer_same(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
+			  const struct kvfs_ctl_mem *m)
+{
+	struct stat sb;
+	bool same;
+	int fd;
+
+	if (!p || p->t != t || m->backend != KVFS_CTL_BACKEND_SHM ||
+	    m->size != p->size ||
+	    !memchr(m->shm_name, 0, sizeof(m->shm_name)))
+		return false;
+	fd = shm_open(m->shm_name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	same = !fstat(fd, &sb) && (uint64_t)sb.st_dev == p->dev &&
+	       (uint64_t)sb.st_ino == p->ino && sb.st_size >= 0 &&
+	       (uint64_t)sb.st_size >= p->size;
+	close(fd);
+	return same;
+}
+
+static void *shm_peer_map(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
+{
+	if (kvfs_gpu_peer_check(t, p, "shm", "peer_map"))
+		return NULL;
+	return p->base;
 }
 
 static int shm_peer_write(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
@@ -318,6 +349,8 @@ static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.peer_open = shm_peer_open,
 	.peer_close = shm_peer_close,
 	.peer_size = kvfs_gpu_peer_size,
+	.peer_map = shm_peer_map,
+	.peer_same = shm_peer_same,
 	.peer_write = shm_peer_write,
 	.peer_read = shm_peer_read,
 	.upload = shm_upload,

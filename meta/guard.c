@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "meta/fmt.h"
 #include "meta/guard.h"
 #include "meta/log.h"
 
@@ -63,6 +64,23 @@ int kvfs_guard_memcpy(void *dst, const void *src, size_t len)
 	memcpy(dst, src, len);
 	__asm__ volatile("" ::: "memory");
 	guard_jb = NULL;
+	return 0;
+}
+
+int kvfs_guard_crc32c(uint32_t *crc, const void *src, size_t len)
+{
+	sigjmp_buf jb;
+	uint32_t v = *crc;
+
+	guard_install();
+	if (sigsetjmp(jb, 1))
+		return -EFAULT;
+	guard_jb = &jb;
+	__asm__ volatile("" ::: "memory");
+	v = kvfs_fmt_crc32c(v, src, len);
+	__asm__ volatile("" ::: "memory");
+	guard_jb = NULL;
+	*crc = v;
 	return 0;
 }
 

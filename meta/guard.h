@@ -18,6 +18,10 @@
 
 /* memcpy(@dst, @src, @len). 0 or -EFAULT (a guarded page vanished). */
 int kvfs_guard_memcpy(void *dst, const void *src, size_t len);
+/* *@crc = kvfs_fmt_crc32c(*@crc, @src, @len) (meta/fmt.h): a checksum of
+ * bytes a client owns. 0 or -EFAULT (*@crc then undefined).
+ */
+int kvfs_guard_crc32c(uint32_t *crc, const void *src, size_t len);
 /* Release-store @v to *@p. 0 or -EFAULT. */
 int kvfs_guard_store_u32(uint32_t *p, uint32_t v);
 

@@ -138,9 +138,12 @@ static void test_dram_rw(void **state)
 	assert_int_equal(t->ops->read(t, &e, UINT64_MAX, out, 2), -EINVAL);
 	assert_int_equal(t->ops->read(t, &e, 4 * PG, out, 0), 0);
 
-	io[0] = (struct kvfs_tier_io){ &e, PG, PG, out, 1 };
-	io[1] = (struct kvfs_tier_io){ &e, 4 * PG, 1, out + PG, 1 };
-	io[2] = (struct kvfs_tier_io){ &e, 2 * PG, 2 * PG, out + 2 * PG, 1 };
+	io[0] = (struct kvfs_tier_io){ .ext = &e, .off = PG, .len = PG,
+				       .buf = out, .res = 1 };
+	io[1] = (struct kvfs_tier_io){ .ext = &e, .off = 4 * PG, .len = 1,
+				       .buf = out + PG, .res = 1 };
+	io[2] = (struct kvfs_tier_io){ .ext = &e, .off = 2 * PG, .len = 2 * PG,
+				       .buf = out + 2 * PG, .res = 1 };
 	assert_int_equal(t->ops->readv(t, io, 3), -EINVAL);
 	assert_int_equal(io[0].res, 0);
 	assert_int_equal(io[1].res, -EINVAL);
@@ -335,6 +338,26 @@ static void test_ssd_rw_many(void **state)
 	free(buf);
 }
 
+/* What readv's done callbacks saw. */
+struct done_log {
+	struct kvfs_tier_io *io; /* the batch */
+	const char *src;       /* the big extent's contents */
+	int calls[64];
+	bool bytes_ok[64];     /* big-extent ranges: bytes in place */
+};
+
+static void note_done(struct kvfs_tier_io *io, void *arg)
+{
+	struct done_log *dl = arg;
+	size_t i = (size_t)(io - dl->io);
+
+	assert_true(i < 64);
+	assert_int_not_equal(io->res, 1);
+	dl->calls[i]++;
+	if (i < 32 && !io->res)
+		dl->bytes_ok[i] = !memcmp(io->buf, dl->src + io->off, PG);
+}
+
 static void test_ssd_readv(void **state)
 {
 	struct kvfs_tier *t = fx_tier(state);
@@ -344,7 +367,9 @@ static void test_ssd_readv(void **state)
 	char *src = xalloc(64 * PG), *dst = xalloc(N * 2 * PG);
 	char *want = xalloc(2 * PG);
 	uint64_t reads0, rbytes0, bytes = 0;
+	struct done_log dl = { .io = io, .src = src };
 
+	memset(io, 0, sizeof(io));
 	assert_int_equal(t->ops->alloc(t, 64 * PG, &big), 0);
 	fill(src, 64 * PG, 1000);
 	assert_int_equal(t->ops->write(t, &big, 0, src, 64 * PG), 0);
@@ -387,12 +412,22 @@ static void test_ssd_readv(void **state)
 		}
 	}
 
-	/* One bad range fails alone; the others still complete. */
+	/* One bad range fails alone; the others still complete. Each
+	 * range's done callback runs once, with its result final and, for
+	 * a good range, its bytes in place.
+	 */
 	memset(dst, 0, N * 2 * PG);
 	io[5].off = 100;
 	io[40].off = 64 * PG;
+	for (int i = 0; i < N; i++) {
+		io[i].done = note_done;
+		io[i].arg = &dl;
+	}
 	assert_int_equal(t->ops->readv(t, io, N), -EINVAL);
 	for (int i = 0; i < N; i++) {
+		assert_int_equal(dl.calls[i], 1);
+		if (i < 32)
+			assert_int_equal(dl.bytes_ok[i], io[i].res == 0);
 		if (i == 5 || i == 40) {
 			assert_int_equal(io[i].res, -EINVAL);
 			continue;
@@ -687,8 +722,10 @@ static void test_ssd_truncated_eio(void **state)
 	assert_int_equal(t->ops->read(t, &e, 0, buf, 3 * PG), 0);
 	assert_true(same(buf, 3 * PG, 9));
 
-	io[0] = (struct kvfs_tier_io){ &e, 0, PG, buf, 1 };
-	io[1] = (struct kvfs_tier_io){ &e, 2 * PG, 2 * PG, buf + PG, 1 };
+	io[0] = (struct kvfs_tier_io){ .ext = &e, .off = 0, .len = PG,
+				       .buf = buf, .res = 1 };
+	io[1] = (struct kvfs_tier_io){ .ext = &e, .off = 2 * PG, .len = 2 * PG,
+				       .buf = buf + PG, .res = 1 };
 	assert_int_equal(t->ops->readv(t, io, 2), -EIO);
 	assert_int_equal(io[0].res, 0);
 	assert_int_equal(io[1].res, -EIO);
