@@ -53,6 +53,26 @@ ifeq ($(KVFS_CUDA),1)
 override CFLAGS += -DKVFS_HAVE_CUDA -isystem $(CUDA_HOME)/include
 LIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
+# Kernels (gpu/*.cu, the GPU restoration path) need nvcc as well; without
+# it gpu/restore_cuda.c builds its -EOPNOTSUPP stubs. Device code for
+# sm_80 (A100) and sm_90 (H100/H200), plus sm_90 PTX that newer GPUs JIT.
+# No C++ runtime is needed: no exceptions, RTTI or guarded statics, so
+# the C link line stays as it is. cuBLAS is dlopen'ed at run time.
+CU_SRCS :=
+ifeq ($(KVFS_CUDA),1)
+ifneq ($(NVCC),)
+CU_SRCS := $(wildcard gpu/*.cu)
+override CFLAGS += -DKVFS_HAVE_CUDA_KERNELS
+endif
+endif
+NVCCFLAGS ?= -O2
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 \
+	-gencode arch=compute_90,code=[sm_90,compute_90]
+override NVCCFLAGS += -std=c++17 -I. -MMD -MP -DKVFS_HAVE_CUDA $(CUDA_ARCH) \
+	-Xcompiler -Wall,-Wextra,-fno-exceptions,-fno-rtti,-fno-threadsafe-statics
+ifeq ($(WERROR),1)
+override NVCCFLAGS += -Werror all-warnings -Xcompiler -Werror
+endif
 # Unit tests and integration scripts that honour KVFS_TEST_GPU.
 GPU_UNIT := $(patsubst tests/unit/%.c,%,$(shell grep -l KVFS_TEST_GPU tests/unit/test_*.c 2>/dev/null))
 GPU_ITEST := $(shell grep -l KVFS_TEST_GPU tests/integration/test_*.sh 2>/dev/null)
@@ -68,7 +88,7 @@ endif
 # Every .c in a module folder is library code, except program entry points
 # (*_main.c).
 LIB_SRCS := $(filter-out %_main.c fs/libkvfs.c,$(wildcard meta/*.c cache/*.c gpu/*.c fs/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 LIB := $(BUILD)/libkvfscore.a
 
 # program name = main source
@@ -105,6 +125,11 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/obj/%.o: %.cu
+	$(call msg,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
 $(BUILD)/pic/%.o: %.c
 	$(call msg,CC,$<)
 	@mkdir -p $(@D)
@@ -127,6 +152,10 @@ $(LIB): $(LIB_OBJS)
 
 # Clients of libkvfs link it first ($^ keeps prerequisite order).
 $(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl: $(LIBKVFS_A)
+
+# The tiny checkpoints and double-precision reference of the restoration
+# tests, shared by the CPU and the GPU suites.
+$(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda: $(BUILD)/obj/tests/unit/ckpt_ref.o
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:

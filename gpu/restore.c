@@ -655,6 +655,32 @@ const struct kvfs_restore_model *kvfs_restore_model(
 	return r ? &r->m : NULL;
 }
 
+int kvfs_restore_layer_weights(const struct kvfs_restore *r, uint32_t layer,
+			       struct kvfs_restore_weights *out)
+{
+	const struct layer_w *L;
+
+	if (!r || !out || layer >= r->m.n_layers)
+		return -EINVAL;
+	L = &r->layers[layer];
+	out->norm = L->norm;
+	out->bk = L->bk;
+	out->bv = L->bv;
+	out->wk = L->wk ? (const void *)L->wk : L->tk.data;
+	out->wk_dtype = L->wk ? KVFS_DTYPE_F32 :
+		(uint16_t)st_to_kvfs_dtype(L->tk.dtype);
+	out->wv = L->wv ? (const void *)L->wv : L->tv.data;
+	out->wv_dtype = L->wv ? KVFS_DTYPE_F32 :
+		(uint16_t)st_to_kvfs_dtype(L->tv.dtype);
+	return 0;
+}
+
+void kvfs_restore_rope_inv_freq(const struct kvfs_restore_model *m,
+				double *inv)
+{
+	rope_inv_freq(m, inv);
+}
+
 /* ---------------------------------------------------------- workspace */
 
 int kvfs_restore_ws_alloc(struct kvfs_restore_ws **out)

@@ -22,7 +22,8 @@
  * Element types are enum kvfs_dtype: f16, bf16, f32 and f8_e4m3 (OCP
  * E4M3FN, no scale) both ways.
  *
- * Only the CPU path exists so far; docs/hcache.md says what is missing.
+ * gpu/restore_cuda.h is the same computation on an NVIDIA GPU; it reads
+ * the weights through kvfs_restore_layer_weights().
  *
  * Locking: a struct kvfs_restore is immutable once loaded.  Any number of
  * threads may restore with one at the same time provided each uses its own
@@ -132,6 +133,35 @@ uint64_t kvfs_restore_mem_bytes(const struct kvfs_restore *r);
 /* The model @r was loaded with. */
 const struct kvfs_restore_model *kvfs_restore_model(
 	const struct kvfs_restore *r);
+
+/* One layer's weights as restoration uses them (read-only views). */
+struct kvfs_restore_weights {
+	const float *norm;      /* [hidden_size], f32 */
+	const float *bk, *bv;   /* [kv_dim], f32; both NULL without biases */
+	const void *wk, *wv;    /* [kv_dim][hidden_size] row-major, any
+				 * alignment, in wk_dtype / wv_dtype */
+	uint16_t wk_dtype;      /* enum kvfs_dtype: F32, BF16 or F16 */
+	uint16_t wv_dtype;
+};
+
+/*
+ * kvfs_restore_layer_weights() - views of layer @layer's weights, for
+ * another implementation of the same computation (the GPU path).  K/V
+ * weights are the resident f32 copy when there is one, else the mapped
+ * checkpoint tensor in its own dtype (KVFS_RESTORE_LAZY, or F32 not
+ * 4-byte aligned).  The pointers live as long as @r.
+ * Returns 0, or -EINVAL for a NULL argument or a layer out of range.
+ */
+int kvfs_restore_layer_weights(const struct kvfs_restore *r, uint32_t layer,
+			       struct kvfs_restore_weights *out);
+
+/*
+ * kvfs_restore_rope_inv_freq() - the RoPE inverse frequencies of @m in
+ * double, scaling applied, exactly as the CPU path uses them: writes
+ * @m->head_dim / 2 values to @inv.  @m must pass kvfs_restore_model_check().
+ */
+void kvfs_restore_rope_inv_freq(const struct kvfs_restore_model *m,
+				double *inv);
 
 /* A per-thread scratch area that grows to the largest call seen, so that
  * steady-state restoration allocates nothing.  0 or -ENOMEM.

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Restoration test support shared by tests/unit/test_restore.c (CPU) and
+ * tests/unit/test_restore_cuda.c (GPU): tiny Llama/Qwen2 checkpoints
+ * written as real safetensors files from a seeded PRNG, HIDDEN payloads,
+ * the tests' own dtype decoders and tolerances, and an independent
+ * double-precision reference of K and V.  Failures are cmocka assertions.
+ * Not thread-safe (one PRNG).
+ */
+#ifndef KVFS_TESTS_UNIT_CKPT_REF_I_H
+#define KVFS_TESTS_UNIT_CKPT_REF_I_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/restore.h"
+
+/* One tensor to write. */
+struct wt {
+	char name[96];
+	const char *dtype;
+	uint32_t ndim;
+	uint64_t shape[2];
+	uint8_t *bytes;
+	size_t nbytes;
+};
+
+/* A tiny model: family, geometry, weight dtype, biases, RoPE. */
+struct spec {
+	int family;
+	uint32_t L, hidden, kvh, hd;
+	uint16_t wdt;       /* weight dtype, KVFS_DTYPE_* */
+	bool bias;
+	int rope_type;
+	double theta, eps, factor, lo, hi;
+	uint32_t orig;
+};
+
+/* A generated model: its tensors and their exact values in double. */
+struct refmodel {
+	struct spec s;
+	struct kvfs_restore_model m;
+	uint32_t kvd;
+	double *norm, *wk, *wv, *bk, *bv; /* [L][...] */
+	struct wt *t;
+	size_t nt;
+};
+
+/* A generated HIDDEN payload and its exact input values. */
+struct block {
+	uint32_t n, c, rows;
+	uint64_t pos;
+	uint16_t hdt;
+	uint8_t *hidden;     /* HIDDEN payload */
+	size_t hidden_len;
+	double *x;           /* [L][n][hidden] exact input values */
+};
+
+/* Bytes per element of a KV/hidden dtype (f32 4, f8 1, else 2). */
+size_t esize(uint16_t dt);
+/* Element @i of @base in @dt, decoded by the tests' own code. */
+double dec(uint16_t dt, const void *base, size_t i);
+/* The bound on |restored - reference| for output dtype @dt at @ref
+ * (docs/hcache.md, Tolerances).
+ */
+double tol(uint16_t dt, double ref);
+
+/* Write @n tensors as a safetensors file at @path. */
+void write_checkpoint(const char *path, const struct wt *t, size_t n);
+/* Generate a model from @s with PRNG seed @seed; free_model() frees it. */
+void make_model(struct refmodel *rm, const struct spec *s, uint64_t seed);
+void free_model(struct refmodel *rm);
+
+/* Reference K and V (double) of layer @l for a token with values @x
+ * ([hidden]) at position @pos; @k and @v hold kv_dim values.
+ */
+void ref_kv(const struct refmodel *rm, uint32_t l, const double *x,
+	    uint64_t pos, double *k, double *v);
+
+/* A HIDDEN payload of @n tokens in chunks of @c at @pos, in @hdt, with
+ * NaN bytes in the padding rows; free_block() frees it.
+ */
+void make_block(struct block *b, const struct refmodel *rm, uint16_t hdt,
+		uint32_t n, uint32_t c, uint64_t pos);
+void free_block(struct block *b);
+
+/* Check layer @l of a KV payload (@kvl, in @kdt) element by element
+ * against ref_kv() within tol(), and the padding rows for zeros.  Returns
+ * the largest error / tolerance ratio.
+ */
+double check_layer(const struct refmodel *rm, const struct block *b,
+		   uint32_t l, const uint8_t *kvl, uint16_t kdt);
+
+#endif
