@@ -32,7 +32,7 @@ static void hdr_encode(const struct kvfs_fmt_hdr *h, uint8_t *p)
 	kvfs_util_put16(p + 8, h->version);
 	kvfs_util_put16(p + 10, h->kind);
 	kvfs_util_put16(p + 12, h->dtype);
-	kvfs_util_put16(p + 14, h->zero);
+	kvfs_util_put16(p + 14, h->kv_from);
 	kvfs_util_put32(p + 16, h->n_layers);
 	kvfs_util_put32(p + 20, h->n_kv_heads);
 	kvfs_util_put32(p + 24, h->head_dim);
@@ -52,7 +52,7 @@ static void hdr_decode(const uint8_t *p, struct kvfs_fmt_hdr *h)
 	h->version = kvfs_util_get16(p + 8);
 	h->kind = kvfs_util_get16(p + 10);
 	h->dtype = kvfs_util_get16(p + 12);
-	h->zero = kvfs_util_get16(p + 14);
+	h->kv_from = kvfs_util_get16(p + 14);
 	h->n_layers = kvfs_util_get32(p + 16);
 	h->n_kv_heads = kvfs_util_get32(p + 20);
 	h->head_dim = kvfs_util_get32(p + 24);
@@ -288,20 +288,74 @@ static uint32_t n_chunks(const struct kvfs_geom *g, uint32_t n_tokens)
 			  g->chunk_tokens);
 }
 
+uint32_t kvfs_fmt_hdr_kv_from(const struct kvfs_fmt_hdr *h)
+{
+	switch (h->kind) {
+	case KVFS_KIND_KV:
+		return 0;
+	case KVFS_KIND_HIDDEN:
+		return h->n_layers;
+	default:
+		return h->kv_from;
+	}
+}
+
+uint16_t kvfs_fmt_split_kind(const struct kvfs_geom *g, uint32_t kv_from)
+{
+	if (!kv_from)
+		return KVFS_KIND_KV;
+	return kv_from >= g->n_layers ? KVFS_KIND_HIDDEN : KVFS_KIND_MIXED;
+}
+
+/* Bytes of one layer of @kind with @n_tokens; 0 if impossible. */
+static uint64_t layer_bytes(const struct kvfs_geom *g, uint16_t kind,
+			    uint32_t n_tokens)
+{
+	uint64_t cb = chunk_bytes(g, kind), r;
+
+	if (!cb || __builtin_mul_overflow(cb, (uint64_t)n_chunks(g, n_tokens),
+					  &r))
+		return 0;
+	return r;
+}
+
+uint64_t kvfs_fmt_split_payload_size(const struct kvfs_geom *g,
+				     uint32_t n_tokens, uint32_t kv_from)
+{
+	uint64_t h = 0, k = 0, r;
+
+	if (!g || !g->n_layers || !g->chunk_tokens || !n_tokens ||
+	    kv_from > g->n_layers)
+		return 0;
+	if (kv_from) {
+		uint64_t lb = layer_bytes(g, KVFS_KIND_HIDDEN, n_tokens);
+
+		if (!lb || __builtin_mul_overflow(lb, (uint64_t)kv_from, &h))
+			return 0;
+	}
+	if (kv_from < g->n_layers) {
+		uint64_t lb = layer_bytes(g, KVFS_KIND_KV, n_tokens);
+
+		if (!lb || __builtin_mul_overflow(
+				   lb, (uint64_t)(g->n_layers - kv_from), &k))
+			return 0;
+	}
+	if (__builtin_add_overflow(h, k, &r))
+		return 0;
+	return r;
+}
+
 uint64_t kvfs_fmt_payload_size(const struct kvfs_geom *g, uint16_t kind,
 			       uint32_t n_tokens)
 {
-	uint64_t cb, r;
-
-	if (!g || !g->n_layers || !g->chunk_tokens || !n_tokens)
+	if (!g)
 		return 0;
-	cb = chunk_bytes(g, kind);
-	if (!cb)
-		return 0;
-	if (__builtin_mul_overflow(cb, (uint64_t)n_chunks(g, n_tokens), &r) ||
-	    __builtin_mul_overflow(r, (uint64_t)g->n_layers, &r))
-		return 0;
-	return r;
+	if (kind == KVFS_KIND_KV)
+		return kvfs_fmt_split_payload_size(g, n_tokens, 0);
+	if (kind == KVFS_KIND_HIDDEN)
+		return kvfs_fmt_split_payload_size(g, n_tokens, g->n_layers);
+	/* MIXED needs its kv_from: kvfs_fmt_split_payload_size(). */
+	return 0;
 }
 
 uint64_t kvfs_fmt_payload_off(uint32_t n_tokens)
@@ -323,6 +377,17 @@ uint64_t kvfs_fmt_file_size(const struct kvfs_geom *g, uint16_t kind,
 	return r;
 }
 
+uint64_t kvfs_fmt_split_file_size(const struct kvfs_geom *g,
+				  uint32_t n_tokens, uint32_t kv_from)
+{
+	uint64_t p = kvfs_fmt_split_payload_size(g, n_tokens, kv_from);
+	uint64_t r;
+
+	if (!p || __builtin_add_overflow(p, kvfs_fmt_payload_off(n_tokens), &r))
+		return 0;
+	return r;
+}
+
 uint64_t kvfs_fmt_max_file_size(const struct kvfs_geom *g)
 {
 	uint64_t kv, hid = 0;
@@ -335,23 +400,60 @@ uint64_t kvfs_fmt_max_file_size(const struct kvfs_geom *g)
 	return kv > hid ? kv : hid;
 }
 
+int kvfs_fmt_layer_range(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, uint32_t layer, uint64_t *off,
+			 uint64_t *len)
+{
+	uint64_t o;
+
+	if (!g || !off || !len || !n_tokens || n_tokens > g->block_tokens ||
+	    !kvfs_fmt_split_payload_size(g, n_tokens, kv_from) ||
+	    layer >= g->n_layers)
+		return -EINVAL;
+	/* The whole payload fits in u64 (checked above), so these do too. */
+	o = kvfs_fmt_payload_off(n_tokens);
+	if (layer < kv_from) {
+		uint64_t lb = layer_bytes(g, KVFS_KIND_HIDDEN, n_tokens);
+
+		*off = o + layer * lb;
+		*len = lb;
+	} else {
+		uint64_t lb = layer_bytes(g, KVFS_KIND_KV, n_tokens);
+
+		if (kv_from)
+			o += kv_from * layer_bytes(g, KVFS_KIND_HIDDEN,
+						   n_tokens);
+		*off = o + (uint64_t)(layer - kv_from) * lb;
+		*len = lb;
+	}
+	return 0;
+}
+
+int kvfs_fmt_piece_range(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, uint32_t layer, uint32_t chunk,
+			 uint64_t *off, uint64_t *len)
+{
+	uint64_t lo, ll, cb;
+	int rc;
+
+	if (!g || !off || !len)
+		return -EINVAL;
+	rc = kvfs_fmt_layer_range(g, n_tokens, kv_from, layer, &lo, &ll);
+	if (rc)
+		return rc;
+	if (chunk >= n_chunks(g, n_tokens))
+		return -EINVAL;
+	cb = chunk_bytes(g, layer < kv_from ? KVFS_KIND_HIDDEN : KVFS_KIND_KV);
+	*off = lo + (uint64_t)chunk * cb;
+	*len = cb;
+	return 0;
+}
+
 int kvfs_fmt_chunk_range(const struct kvfs_geom *g, uint32_t n_tokens,
 			 uint32_t layer, uint32_t chunk, uint64_t *off,
 			 uint64_t *len)
 {
-	uint64_t cb, idx, o;
-
-	if (!g || !off || !len || !n_tokens || n_tokens > g->block_tokens ||
-	    !kvfs_fmt_payload_size(g, KVFS_KIND_KV, n_tokens) ||
-	    layer >= g->n_layers || chunk >= n_chunks(g, n_tokens))
-		return -EINVAL;
-	/* The whole payload fits in u64 (checked above), so these do too. */
-	cb = chunk_bytes(g, KVFS_KIND_KV);
-	idx = (uint64_t)layer * n_chunks(g, n_tokens) + chunk;
-	o = kvfs_fmt_payload_off(n_tokens) + idx * cb;
-	*off = o;
-	*len = cb;
-	return 0;
+	return kvfs_fmt_piece_range(g, n_tokens, 0, layer, chunk, off, len);
 }
 
 static bool all_zero(const uint8_t *p, uint64_t len)
@@ -367,25 +469,24 @@ static bool all_zero(const uint8_t *p, uint64_t len)
  * be zero, or two files of the same block could differ and a sparse reader
  * would see garbage past the prefix.
  */
-static bool tail_rows(const struct kvfs_geom *g, uint16_t kind,
+static bool tail_rows(const struct kvfs_geom *g, uint32_t kv_from,
 		      uint32_t n_tokens, uint8_t *pay, bool clear)
 {
 	uint32_t c = g->chunk_tokens, used = n_tokens % c;
-	uint64_t row, chunk, layer, nchunks;
-	size_t elt = kvfs_fmt_dtype_size(g->dtype);
-	int parts = kind == KVFS_KIND_HIDDEN ? 1 : 2;
+	uint64_t nchunks = (n_tokens + c - 1) / c;
 
 	if (!used)
 		return true;
-	row = kind == KVFS_KIND_HIDDEN ?
-		      (uint64_t)g->hidden_size * elt :
-		      (uint64_t)g->n_kv_heads * g->head_dim * elt;
-	nchunks = (n_tokens + c - 1) / c;
-	chunk = (uint64_t)parts * c * row;
-	layer = nchunks * chunk;
 	for (uint32_t l = 0; l < g->n_layers; l++) {
-		uint8_t *last = pay + l * layer + (nchunks - 1) * chunk;
+		uint16_t kind = l < kv_from ? KVFS_KIND_HIDDEN : KVFS_KIND_KV;
+		int parts = kind == KVFS_KIND_HIDDEN ? 1 : 2;
+		uint64_t row = row_bytes(g, kind), off, len;
+		uint8_t *last;
 
+		/* The caller checked the size, so the range exists. */
+		kvfs_fmt_piece_range(g, n_tokens, kv_from, l,
+				     (uint32_t)(nchunks - 1), &off, &len);
+		last = pay + (off - kvfs_fmt_payload_off(n_tokens));
 		for (int k = 0; k < parts; k++) {
 			uint8_t *t = last + k * c * row + used * row;
 
@@ -407,6 +508,7 @@ enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 	const uint8_t *p = buf;
 	struct kvfs_fmt_hdr h;
 	uint64_t size, tok_end, pay_off;
+	uint32_t kv_from;
 	uint8_t key[KVFS_KEY_LEN];
 
 	if (!p || len < KVFS_FMT_HDR_SIZE)
@@ -419,14 +521,15 @@ enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 	if (h.version != KVFS_FMT_VERSION)
 		return KVFS_FMT_EVERSION;
 	if (h.kind != KVFS_KIND_KV &&
-	    !(h.kind == KVFS_KIND_HIDDEN && (flags & KVFS_FMT_ALLOW_HIDDEN)))
+	    !(h.kind == KVFS_KIND_HIDDEN && (flags & KVFS_FMT_ALLOW_HIDDEN)) &&
+	    !(h.kind == KVFS_KIND_MIXED && (flags & KVFS_FMT_ALLOW_MIXED)))
 		return KVFS_FMT_EKIND;
 	if (!kvfs_fmt_dtype_size(h.dtype) || h.dtype != g->dtype)
 		return KVFS_FMT_EDTYPE;
 	if (h.n_layers != g->n_layers || h.n_kv_heads != g->n_kv_heads ||
 	    h.head_dim != g->head_dim)
 		return KVFS_FMT_EGEOM;
-	if (h.kind == KVFS_KIND_HIDDEN ?
+	if (h.kind != KVFS_KIND_KV ?
 		    (!g->hidden_size || h.hidden_size != g->hidden_size) :
 		    (h.hidden_size && h.hidden_size != g->hidden_size))
 		return KVFS_FMT_EGEOM;
@@ -436,7 +539,11 @@ enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 		return KVFS_FMT_ECHUNK;
 	if (kvfs_fmt_crc32c(0, p, HDR_CRC_SPAN) != h.hdr_crc)
 		return KVFS_FMT_EHDRCRC;
-	size = kvfs_fmt_file_size(g, h.kind, h.n_tokens);
+	if (h.kind == KVFS_KIND_MIXED &&
+	    (!h.kv_from || h.kv_from >= h.n_layers))
+		return KVFS_FMT_EGEOM;
+	kv_from = kvfs_fmt_hdr_kv_from(&h);
+	size = kvfs_fmt_split_file_size(g, h.n_tokens, kv_from);
 	if (!size || len != size)
 		return KVFS_FMT_ESIZE;
 	/* Nothing but zeroes may hide in the unused header and token bytes:
@@ -444,10 +551,11 @@ enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
 	 */
 	tok_end = KVFS_FMT_HDR_SIZE + (uint64_t)h.n_tokens * 4;
 	pay_off = kvfs_fmt_payload_off(h.n_tokens);
-	if (h.zero || !all_zero(p + HDR_ENC_SIZE,
+	if ((h.kind != KVFS_KIND_MIXED && h.kv_from) ||
+	    !all_zero(p + HDR_ENC_SIZE,
 				KVFS_FMT_HDR_SIZE - HDR_ENC_SIZE) ||
 	    !all_zero(p + tok_end, pay_off - tok_end) ||
-	    !tail_rows(g, h.kind, h.n_tokens, (uint8_t *)p + pay_off, false))
+	    !tail_rows(g, kv_from, h.n_tokens, (uint8_t *)p + pay_off, false))
 		return KVFS_FMT_EPAD;
 	if (!(flags & KVFS_FMT_SKIP_PAYLOAD_CRC) &&
 	    kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
@@ -506,20 +614,22 @@ int kvfs_fmt_errno(enum kvfs_fmt_err e)
 	}
 }
 
-int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
-		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
-		   const uint32_t *tokens, uint32_t n, const void *payload,
-		   void *buf, uint64_t buf_len)
+int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
+			 const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+			 const uint32_t *tokens, uint32_t n,
+			 const void *payload, void *buf, uint64_t buf_len)
 {
 	struct kvfs_fmt_hdr h;
 	uint8_t *p = buf;
 	uint64_t size, pay_off;
+	uint16_t kind;
 
 	if (!g || !parent || !tokens || !p || !n || n > g->block_tokens ||
-	    (kind != KVFS_KIND_KV && kind != KVFS_KIND_HIDDEN) ||
-	    (kind == KVFS_KIND_HIDDEN && !g->hidden_size))
+	    kv_from > g->n_layers || (kv_from && !g->hidden_size) ||
+	    kv_from > UINT16_MAX)
 		return -EINVAL;
-	size = kvfs_fmt_file_size(g, kind, n);
+	kind = kvfs_fmt_split_kind(g, kv_from);
+	size = kvfs_fmt_split_file_size(g, n, kv_from);
 	if (!size || size > buf_len)
 		return -EINVAL;
 	pay_off = kvfs_fmt_payload_off(n);
@@ -531,12 +641,13 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 	if (payload)
 		memmove(p + pay_off, payload, size - pay_off);
 	/* Rows past the last token are padding, always zero. */
-	tail_rows(g, kind, n, p + pay_off, true);
+	tail_rows(g, kv_from, n, p + pay_off, true);
 
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, KVFS_FMT_MAGIC, 8);
 	h.version = KVFS_FMT_VERSION;
 	h.kind = kind;
+	h.kv_from = kind == KVFS_KIND_MIXED ? (uint16_t)kv_from : 0;
 	h.dtype = g->dtype;
 	h.n_layers = g->n_layers;
 	h.n_kv_heads = g->n_kv_heads;
@@ -553,4 +664,16 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 	h.hdr_crc = kvfs_fmt_crc32c(0, p, HDR_CRC_SPAN);
 	kvfs_util_put32(p + 84, h.hdr_crc);
 	return 0;
+}
+
+int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
+		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+		   const uint32_t *tokens, uint32_t n, const void *payload,
+		   void *buf, uint64_t buf_len)
+{
+	if (!g || (kind != KVFS_KIND_KV && kind != KVFS_KIND_HIDDEN))
+		return -EINVAL;
+	return kvfs_fmt_build_split(g, kind == KVFS_KIND_KV ? 0 : g->n_layers,
+				    parent, start_pos, tokens, n, payload, buf,
+				    buf_len);
 }

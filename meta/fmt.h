@@ -29,6 +29,11 @@
 enum kvfs_fmt_kind {
 	KVFS_KIND_KV = 1,
 	KVFS_KIND_HIDDEN = 2,
+	/* Stored images only, never accepted from a client: hidden states for
+	 * layers [0, kv_from), K and V for layers [kv_from, n_layers), the
+	 * per-layer split of HCache's bubble-free schedule (docs/hcache.md).
+	 */
+	KVFS_KIND_MIXED = 3,
 };
 
 enum kvfs_dtype {
@@ -55,7 +60,10 @@ struct kvfs_fmt_hdr {
 	uint16_t version;
 	uint16_t kind;
 	uint16_t dtype;
-	uint16_t zero;
+	/* Kind MIXED: the first layer kept as K and V, 0 < kv_from < n_layers.
+	 * Zero for the other kinds.
+	 */
+	uint16_t kv_from;
 	uint32_t n_layers;
 	uint32_t n_kv_heads;
 	uint32_t head_dim;
@@ -145,12 +153,48 @@ int kvfs_fmt_chunk_range(const struct kvfs_geom *g, uint32_t n_tokens,
 			 uint32_t layer, uint32_t chunk, uint64_t *off,
 			 uint64_t *len);
 
+/*
+ * Split layouts.  Every stored form is described by @kv_from: the layers
+ * below it hold hidden-state rows (X[c][hidden_size] per chunk), the others
+ * K and V.  Kind KV is kv_from 0, kind HIDDEN is kv_from n_layers, kind MIXED
+ * anything in between.  Layers follow each other in order, each chunk-major,
+ * so a layer and a (layer, chunk) piece are contiguous ranges in either form.
+ */
+
+/* kv_from of a decoded header: 0 for KV, n_layers for HIDDEN, the header's
+ * field for MIXED.
+ */
+uint32_t kvfs_fmt_hdr_kv_from(const struct kvfs_fmt_hdr *h);
+/* The kind whose layout @kv_from describes under @g. */
+uint16_t kvfs_fmt_split_kind(const struct kvfs_geom *g, uint32_t kv_from);
+/* Payload and file bytes of a split block; 0 for an impossible geometry
+ * (a hidden layer without g->hidden_size, kv_from > n_layers) or overflow.
+ */
+uint64_t kvfs_fmt_split_payload_size(const struct kvfs_geom *g,
+				     uint32_t n_tokens, uint32_t kv_from);
+uint64_t kvfs_fmt_split_file_size(const struct kvfs_geom *g,
+				  uint32_t n_tokens, uint32_t kv_from);
+/* File range of layer @layer of a split block, and of its chunk @chunk
+ * (K then V of the chunk, or its X rows).  Returns 0 or -EINVAL when out
+ * of range.
+ */
+int kvfs_fmt_layer_range(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, uint32_t layer, uint64_t *off,
+			 uint64_t *len);
+int kvfs_fmt_piece_range(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, uint32_t layer, uint32_t chunk,
+			 uint64_t *off, uint64_t *len);
+
 /* Options for kvfs_fmt_validate(). */
 enum kvfs_fmt_vflags {
 	/* Accept kind HIDDEN (only once hidden-state restoration exists). */
 	KVFS_FMT_ALLOW_HIDDEN = 1 << 0,
 	/* Skip the payload CRC (the caller checks it by streaming). */
 	KVFS_FMT_SKIP_PAYLOAD_CRC = 1 << 1,
+	/* Accept kind MIXED: only for images kvfs stored itself (SSD extents,
+	 * recovery), never for a client's write.
+	 */
+	KVFS_FMT_ALLOW_MIXED = 1 << 2,
 };
 
 /*
@@ -198,5 +242,13 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
 		   const uint32_t *tokens, uint32_t n, const void *payload,
 		   void *buf, uint64_t buf_len);
+/* kvfs_fmt_build() for the layout @kv_from describes: kind KV, MIXED or
+ * HIDDEN (kvfs_fmt_split_kind()); @buf must hold kvfs_fmt_split_file_size()
+ * bytes.  Returns 0 or -EINVAL.
+ */
+int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
+			 const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+			 const uint32_t *tokens, uint32_t n,
+			 const void *payload, void *buf, uint64_t buf_len);
 
 #endif

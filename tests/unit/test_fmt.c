@@ -431,6 +431,174 @@ static void test_hidden_allowed(void **state)
 	expect(&b, KVFS_FMT_EKIND, -EINVAL);
 }
 
+/* A MIXED block under @g: hidden rows for layers below @kv_from. */
+static void make_mixed(struct blk *b, const struct kvfs_geom *g,
+		       uint32_t kv_from, uint32_t n)
+{
+	uint32_t t[64];
+
+	assert_true(n <= 64);
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = toks[i % 6] + i / 6;
+	kvfs_fmt_root_key("llama", NULL, b->root);
+	b->len = kvfs_fmt_split_file_size(g, n, kv_from);
+	assert_true(b->len > 0);
+	b->buf = malloc(b->len);
+	assert_non_null(b->buf);
+	for (uint64_t i = 0; i < b->len; i++)
+		b->buf[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(kvfs_fmt_build_split(g, kv_from, b->root, 0, t, n,
+					      NULL, b->buf, b->len), 0);
+	memcpy(b->key, b->buf + 64, KVFS_KEY_LEN);
+}
+
+/* Split layouts by hand: 6 tokens are 2 chunks; a hidden layer is
+ * 2 * 4 rows * 8 * 2 B = 128 B, a KV layer 2 * 2 planes * 4 * 8 * 2 = 256.
+ */
+static void test_split_sizes_and_ranges(void **state)
+{
+	struct kvfs_geom g4 = geom;
+	uint64_t off, len, po = kvfs_fmt_payload_off(6);
+
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 0), 512);
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 1), 384);
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 2), 256);
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 3), 0);
+	assert_int_equal(kvfs_fmt_split_file_size(&geom, 6, 1), po + 384);
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 0),
+			 kvfs_fmt_payload_size(&geom, KVFS_KIND_KV, 6));
+	assert_int_equal(kvfs_fmt_split_payload_size(&geom, 6, 2),
+			 kvfs_fmt_payload_size(&geom, KVFS_KIND_HIDDEN, 6));
+	/* MIXED has no size without its split */
+	assert_int_equal(kvfs_fmt_payload_size(&geom, KVFS_KIND_MIXED, 6), 0);
+	assert_int_equal(kvfs_fmt_split_kind(&geom, 0), KVFS_KIND_KV);
+	assert_int_equal(kvfs_fmt_split_kind(&geom, 1), KVFS_KIND_MIXED);
+	assert_int_equal(kvfs_fmt_split_kind(&geom, 2), KVFS_KIND_HIDDEN);
+
+	/* layer 0 hidden, layer 1 KV right after it */
+	assert_int_equal(kvfs_fmt_layer_range(&geom, 6, 1, 0, &off, &len), 0);
+	assert_int_equal(off, po);
+	assert_int_equal(len, 128);
+	assert_int_equal(kvfs_fmt_layer_range(&geom, 6, 1, 1, &off, &len), 0);
+	assert_int_equal(off, po + 128);
+	assert_int_equal(len, 256);
+	assert_int_equal(kvfs_fmt_piece_range(&geom, 6, 1, 0, 1, &off, &len),
+			 0);
+	assert_int_equal(off, po + 64);
+	assert_int_equal(len, 64);
+	assert_int_equal(kvfs_fmt_piece_range(&geom, 6, 1, 1, 1, &off, &len),
+			 0);
+	assert_int_equal(off, po + 128 + 128);
+	assert_int_equal(len, 128);
+	assert_int_equal(kvfs_fmt_piece_range(&geom, 6, 1, 1, 2, &off, &len),
+			 -EINVAL);
+	assert_int_equal(kvfs_fmt_layer_range(&geom, 6, 1, 2, &off, &len),
+			 -EINVAL);
+	assert_int_equal(kvfs_fmt_layer_range(&geom, 6, 3, 0, &off, &len),
+			 -EINVAL);
+	/* kv_from 0 is the KV layout of kvfs_fmt_chunk_range() */
+	for (uint32_t l = 0; l < 2; l++)
+		for (uint32_t c = 0; c < 2; c++) {
+			uint64_t o2, l2;
+
+			assert_int_equal(kvfs_fmt_chunk_range(&geom, 6, l, c,
+							      &off, &len), 0);
+			assert_int_equal(kvfs_fmt_piece_range(&geom, 6, 0, l,
+							      c, &o2, &l2), 0);
+			assert_int_equal(off, o2);
+			assert_int_equal(len, l2);
+		}
+	/* a hidden layer needs hidden_size */
+	g4.hidden_size = 0;
+	assert_int_equal(kvfs_fmt_split_payload_size(&g4, 6, 1), 0);
+	assert_int_equal(kvfs_fmt_split_payload_size(&g4, 6, 0), 512);
+}
+
+static void test_mixed_build_validate(void **state)
+{
+	struct blk b;
+	struct kvfs_fmt_hdr h;
+	uint64_t off, len;
+
+	make_mixed(&b, &geom, 1, 6);
+	assert_int_equal(b.len, kvfs_fmt_payload_off(6) + 384);
+	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key, b.root,
+					   KVFS_FMT_ALLOW_MIXED, &h),
+			 KVFS_FMT_OK);
+	assert_int_equal(h.kind, KVFS_KIND_MIXED);
+	assert_int_equal(h.kv_from, 1);
+	assert_int_equal(kvfs_fmt_hdr_kv_from(&h), 1);
+	/* the padding rows of both layers' last chunks were cleared */
+	assert_int_equal(kvfs_fmt_piece_range(&geom, 6, 1, 0, 1, &off, &len),
+			 0);
+	for (uint64_t i = 2 * 16; i < len; i++)
+		assert_int_equal(b.buf[off + i], 0);
+	/* a client may never write one, even with hidden states allowed */
+	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key, b.root,
+					   KVFS_FMT_ALLOW_HIDDEN, NULL),
+			 KVFS_FMT_EKIND);
+	expect(&b, KVFS_FMT_EKIND, -EINVAL);
+
+	/* build_split picks the plain kinds at the ends */
+	make_mixed(&b, &geom, 0, 6);
+	assert_int_equal(b.buf[10], KVFS_KIND_KV);
+	assert_int_equal(b.buf[14], 0);
+	expect(&b, KVFS_FMT_OK, 0);
+	make_mixed(&b, &geom, 2, 6);
+	assert_int_equal(b.buf[10], KVFS_KIND_HIDDEN);
+	assert_int_equal(b.buf[14], 0);
+	free(b.buf);
+}
+
+static void test_mixed_rejects(void **state)
+{
+	struct blk b;
+	uint32_t t[6] = { 1, 2, 3, 4, 5, 6 };
+	uint8_t buf[16384];
+	struct kvfs_geom g0 = geom;
+
+	/* kv_from must leave both forms some layers */
+	for (uint32_t kv_from = 0; kv_from <= 2; kv_from += 2) {
+		make_mixed(&b, &geom, 1, 6);
+		b.buf[14] = (uint8_t)kv_from;
+		fix_hdr_crc(&b);
+		assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key,
+						   b.root,
+						   KVFS_FMT_ALLOW_MIXED, NULL),
+				 KVFS_FMT_EGEOM);
+		free(b.buf);
+	}
+	/* the split decides the size */
+	make_mixed(&b, &geom, 1, 6);
+	b.len -= 64;
+	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key, b.root,
+					   KVFS_FMT_ALLOW_MIXED, NULL),
+			 KVFS_FMT_ESIZE);
+	free(b.buf);
+	/* a dirty padding row of the hidden layer */
+	make_mixed(&b, &geom, 1, 6);
+	b.buf[kvfs_fmt_payload_off(6) + 127] = 1;
+	fix_crcs(&b);
+	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &geom, b.key, b.root,
+					   KVFS_FMT_ALLOW_MIXED, NULL),
+			 KVFS_FMT_EPAD);
+	free(b.buf);
+	/* the namespace must know hidden_size */
+	make_mixed(&b, &geom, 1, 6);
+	g0.hidden_size = 0;
+	assert_int_equal(kvfs_fmt_validate(b.buf, b.len, &g0, b.key, b.root,
+					   KVFS_FMT_ALLOW_MIXED, NULL),
+			 KVFS_FMT_EGEOM);
+	free(b.buf);
+	/* and build refuses what it could not describe */
+	assert_int_equal(kvfs_fmt_build_split(&geom, 3, b.root, 0, t, 6, NULL,
+					      buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(kvfs_fmt_build_split(&g0, 1, b.root, 0, t, 6, NULL,
+					      buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(kvfs_fmt_build_split(&geom, 1, b.root, 0, t, 6, NULL,
+					      buf, 8192 + 383), -EINVAL);
+}
+
 /* ---- validation: one test per rejection path ---- */
 
 static void test_reject_too_short(void **state)
@@ -826,6 +994,9 @@ int main(void)
 		cmocka_unit_test(test_valid_full_and_child),
 		cmocka_unit_test(test_valid_kv_without_hidden_size),
 		cmocka_unit_test(test_hidden_allowed),
+		cmocka_unit_test(test_split_sizes_and_ranges),
+		cmocka_unit_test(test_mixed_build_validate),
+		cmocka_unit_test(test_mixed_rejects),
 		cmocka_unit_test(test_reject_too_short),
 		cmocka_unit_test(test_reject_magic),
 		cmocka_unit_test(test_reject_version),
