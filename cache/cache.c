@@ -442,6 +442,7 @@ void kvfs_cache_record_fill(struct kvfs_block *b, struct kvfs_meta_blk *r)
 	r->magic = KVFS_META_BLK_MAGIC;
 	r->version = KVFS_META_VERSION;
 	r->kind = b->kind;
+	r->kv_from = b->kind == KVFS_KIND_MIXED ? b->kv_from : 0;
 	r->ns_id = b->ns->rec.id;
 	r->depth = b->pn.depth;
 	r->ino = b->ino;
@@ -844,7 +845,7 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	b->pn.size = ssize;
 	b->ino = p->ino;
 	b->ssize = ssize;
-	b->size = h.kind == KVFS_KIND_HIDDEN ?
+	b->size = h.kind != KVFS_KIND_KV ?
 			  kvfs_fmt_file_size(&p->ns->geom, KVFS_KIND_KV,
 					     h.n_tokens) :
 			  ssize;
@@ -853,6 +854,7 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	b->n_tokens = h.n_tokens;
 	b->hdr_crc = h.hdr_crc;
 	b->kind = h.kind;
+	b->kv_from = kvfs_fmt_hdr_kv_from(&h);
 	memcpy(b->parent_key, h.parent, KVFS_KEY_LEN);
 	b->dram = ext;
 	atomic_store(&b->dram_ptr, ext.ptr);

@@ -78,6 +78,11 @@ struct kvfs_block {
 	uint32_t n_tokens;      /* immutable */
 	uint32_t hdr_crc;       /* immutable */
 	uint16_t kind;          /* immutable: the stored form */
+	/* Immutable: the layers below it are stored as hidden states, the
+	 * others as K and V (meta/fmt.h split layouts): 0 for kind KV,
+	 * n_layers for HIDDEN.
+	 */
+	uint32_t kv_from;
 	uint8_t parent_key[KVFS_KEY_LEN]; /* immutable */
 	struct kvfs_block *parent; /* immutable; holds a reference */
 

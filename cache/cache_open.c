@@ -354,6 +354,30 @@ out_release:
 	return rc;
 }
 
+/* A record's stored form must be one the namespace can serve. */
+static bool record_form_ok(const struct kvfs_meta_blk *r,
+			   const struct kvfs_geom *g)
+{
+	switch (r->kind) {
+	case KVFS_KIND_KV:
+		return !r->kv_from;
+	case KVFS_KIND_HIDDEN:
+		return g->hidden_size && !r->kv_from;
+	case KVFS_KIND_MIXED:
+		return g->hidden_size && r->kv_from && r->kv_from < g->n_layers;
+	default:
+		return false;
+	}
+}
+
+static uint32_t record_kv_from(const struct kvfs_meta_blk *r,
+			       const struct kvfs_geom *g)
+{
+	if (r->kind == KVFS_KIND_MIXED)
+		return r->kv_from;
+	return r->kind == KVFS_KIND_HIDDEN ? g->n_layers : 0;
+}
+
 static int recover_blocks(struct kvfs_cache *c)
 {
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
@@ -387,8 +411,7 @@ static int recover_blocks(struct kvfs_cache *c)
 				ns = &c->ns[j];
 		if (!ns || !r->ssd_len || r->size > r->ssd_len ||
 		    r->ino < KVFS_INO_BLOCK_BASE ||
-		    (r->kind != KVFS_KIND_KV &&
-		     (r->kind != KVFS_KIND_HIDDEN || !ns->geom.hidden_size)) ||
+		    !record_form_ok(r, &ns->geom) ||
 		    ssd->ops->claim(ssd, &e)) {
 			kvfs_err("block record %s is inconsistent (namespace "
 				 "%u, extent %" PRIu64 "+%" PRIu64
@@ -409,7 +432,7 @@ static int recover_blocks(struct kvfs_cache *c)
 		b->pn.category = (uint16_t)r->category;
 		b->ino = r->ino;
 		b->ssize = r->size;
-		b->size = r->kind == KVFS_KIND_HIDDEN ?
+		b->size = r->kind != KVFS_KIND_KV ?
 				  kvfs_fmt_file_size(&ns->geom, KVFS_KIND_KV,
 						     r->n_tokens) :
 				  r->size;
@@ -418,6 +441,7 @@ static int recover_blocks(struct kvfs_cache *c)
 		b->n_tokens = r->n_tokens;
 		b->hdr_crc = r->hdr_crc;
 		b->kind = r->kind;
+		b->kv_from = record_kv_from(r, &ns->geom);
 		memcpy(b->parent_key, r->parent, KVFS_KEY_LEN);
 		b->ssd = e;
 		atomic_store(&b->flags, KVFS_B_PERSISTED);

@@ -101,7 +101,8 @@ struct kvfs_meta_blk {
 	uint32_t tiers;    /* enum kvfs_tier_bit, as last recorded */
 	uint32_t reserved0;
 	uint64_t created;  /* unix nanoseconds of the commit (mtime) */
-	uint8_t reserved[40];
+	uint32_t kv_from;  /* kind MIXED: first layer stored as K and V; else 0 */
+	uint8_t reserved[36];
 };
 _Static_assert(sizeof(struct kvfs_meta_blk) == 160, "block record size");
 
