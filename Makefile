@@ -4,6 +4,8 @@
 #   make test       install missing packages, build with -Werror, run all tests
 #   make asan       the same tests on an ASan/UBSan build (build-asan/)
 #   make test-gpu   the device tests against the cuda backend (NVIDIA GPU)
+#   make test-gpu-emu  the same against a cudart stand-in (no GPU needed;
+#                   part of make test whenever the CUDA toolkit is present)
 #   make demo       build, make a store, mount, run a workload, unmount
 #   make bench      benchmarks (figures, no assertions)
 #   make deps       install missing Debian packages (needs root)
@@ -51,7 +53,14 @@ CUDA_HOME ?= /usr/local/cuda
 KVFS_CUDA ?= $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1,0)
 ifeq ($(KVFS_CUDA),1)
 override CFLAGS += -DKVFS_HAVE_CUDA -isystem $(CUDA_HOME)/include
+ifeq ($(CUDAEMU),1)
+# tests/gpu/cudaemu.c stands in for cudart (host memory, deferred async
+# copies): the cuda backend's logic runs without a GPU. Kernels cannot.
+NVCC :=
+EMU_OBJS := $(BUILD)/obj/tests/gpu/cudaemu.o
+else
 LIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+endif
 endif
 # Kernels (gpu/*.cu, the GPU restoration path) need nvcc as well; without
 # it gpu/restore_cuda.c builds its -EOPNOTSUPP stubs. Device code for
@@ -88,7 +97,8 @@ endif
 # Every .c in a module folder is library code, except program entry points
 # (*_main.c).
 LIB_SRCS := $(filter-out %_main.c fs/libkvfs.c,$(wildcard meta/*.c cache/*.c gpu/*.c fs/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o) \
+	$(EMU_OBJS)
 LIB := $(BUILD)/libkvfscore.a
 
 # program name = main source
@@ -196,6 +206,9 @@ deps:
 test: deps
 	$(Q)$(MAKE) --no-print-directory WERROR=1 all
 	$(Q)BUILD=$(BUILD) tests/run.sh
+ifeq ($(KVFS_CUDA),1)
+	$(Q)$(MAKE) --no-print-directory test-gpu-emu
+endif
 
 unit: all
 	$(Q)BUILD=$(BUILD) tests/run.sh unit
@@ -225,6 +238,32 @@ test-gpu: deps
 	done; \
 	exit $$fail
 
+# The same device tests against tests/gpu/cudaemu.c instead of cudart: the
+# cuda backend's pools, staging, batching, events and IPC handles run on a
+# machine without a GPU. Kernels cannot, so the restoration suite is left
+# to test-gpu. Built apart, in $(BUILD)-cudaemu.
+EMU_BUILD := $(BUILD)-cudaemu
+EMU_UNIT := $(filter-out test_restore_cuda,$(GPU_UNIT))
+.PHONY: test-gpu-emu
+test-gpu-emu: deps
+	$(Q)[ "$(KVFS_CUDA)" = 1 ] || { echo "kvfs: no CUDA toolkit in $(CUDA_HOME)" >&2; exit 1; }
+	$(Q)$(MAKE) --no-print-directory BUILD=$(EMU_BUILD) CUDAEMU=1 WERROR=1 \
+		$(PROGS:%=$(EMU_BUILD)/bin/%) \
+		$(ITEST_SRCS:tests/integration/%.c=$(EMU_BUILD)/itests/%) \
+		$(EMU_UNIT:%=$(EMU_BUILD)/tests/%)
+	$(Q)fail=0; \
+	for t in $(EMU_UNIT); do \
+		echo "  EMU    $$t"; \
+		if KVFS_TEST_GPU=cuda $(EMU_BUILD)/tests/$$t >$(EMU_BUILD)/$$t.log 2>&1; then \
+			grep -h '^\[  PASSED' $(EMU_BUILD)/$$t.log; \
+		else cat $(EMU_BUILD)/$$t.log; fail=1; fi; \
+	done; \
+	for t in $(GPU_ITEST); do \
+		echo "  EMU    $$t"; \
+		BUILD=$(EMU_BUILD) KVFS_TEST_GPU=cuda bash $$t || fail=1; \
+	done; \
+	exit $$fail
+
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)BUILD=$(BUILD) tests/demo.sh
@@ -237,6 +276,6 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cudaemu
 
 -include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)

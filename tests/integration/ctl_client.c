@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Drives .kvfs/ctl of a live mount through the raw ABI (fs/kvfs_ctl.h),
- * with the shm device tier. Run by test_ctl.sh, which mounts kvfs with
- * KVFS_MNT and KVFS_NS set; the namespace geometry is read from the mount.
+ * Drives .kvfs/ctl of a live mount through the raw ABI (fs/kvfs_ctl.h).
+ * Run by test_ctl.sh, which mounts kvfs with KVFS_MNT and KVFS_NS set; the
+ * namespace geometry is read from the mount.  The device tier is shm, or
+ * cuda with KVFS_TEST_GPU=cuda: then the pool is read through its IPC
+ * handle and the caller's "device memory" is cudaMalloc'ed, as an engine's
+ * would be (make test-gpu, or the cudart stand-in of tests/gpu/cudaemu.c).
  *
  * The device pool holds exactly 6 test blocks, so pressure is easy to make.
  */
@@ -13,6 +16,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +35,10 @@
 #include "fs/kvfs_ctl.h"
 #include "meta/fmt.h"
 #include "shm_region_i.h"
+
+#ifdef KVFS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static const char *mnt, *ns;
 static char ctl_path[4096];
@@ -94,6 +102,141 @@ static void chain_free(struct chain *c)
 {
 	for (int i = 0; i < c->n; i++)
 		free(c->img[i]);
+}
+
+/* ------------------------------------------------------ device memory */
+
+static uint32_t backend = KVFS_CTL_BACKEND_SHM;
+
+/* The caller's memory handed to the daemon as a peer: a shm object, or
+ * device memory with its IPC handle.
+ */
+struct dev_region {
+	struct shm_region shm;
+	uint8_t *d;
+	size_t len;
+};
+
+static void dev_make(struct dev_region *r, const char *tag, size_t len)
+{
+	memset(r, 0, sizeof(*r));
+	r->len = len;
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		shm_make(&r->shm, tag, len);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	assert_int_equal(cudaSetDevice(0), cudaSuccess);
+	assert_int_equal(cudaMalloc((void **)&r->d, len), cudaSuccess);
+	assert_int_equal(cudaMemset(r->d, 0, len), cudaSuccess);
+#else
+	fail_msg("no CUDA in this build");
+#endif
+}
+
+static void dev_drop(struct dev_region *r)
+{
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		shm_drop(&r->shm);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	cudaFree(r->d);
+#endif
+}
+
+static void dev_get(const struct dev_region *r, uint64_t off, void *buf,
+		    size_t len)
+{
+	assert_true(off <= r->len && len <= r->len - off);
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		memcpy(buf, r->shm.p + off, len);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	assert_int_equal(cudaMemcpy(buf, r->d + off, len,
+				    cudaMemcpyDeviceToHost), cudaSuccess);
+#endif
+}
+
+static void dev_put(struct dev_region *r, uint64_t off, const void *buf,
+		    size_t len)
+{
+	assert_true(off <= r->len && len <= r->len - off);
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		memcpy(r->shm.p + off, buf, len);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	assert_int_equal(cudaMemcpy(r->d + off, buf, len,
+				    cudaMemcpyHostToDevice), cudaSuccess);
+#endif
+}
+
+/* Whether [off, off + len) of @r holds @want. */
+static bool dev_equal(const struct dev_region *r, uint64_t off,
+		      const void *want, size_t len)
+{
+	uint8_t *buf = malloc(len ? len : 1);
+	bool same;
+
+	assert_non_null(buf);
+	dev_get(r, off, buf, len);
+	same = !memcmp(buf, want, len);
+	free(buf);
+	return same;
+}
+
+static void dev_peer(const struct dev_region *r, struct kvfs_ctl_mem *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->backend = backend;
+	m->size = r->len;
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		snprintf(m->shm_name, sizeof(m->shm_name), "%s", r->shm.name);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	cudaIpcMemHandle_t h;
+
+	assert_int_equal(cudaIpcGetMemHandle(&h, r->d), cudaSuccess);
+	memcpy(m->ipc, &h, sizeof(m->ipc));
+#endif
+}
+
+/* The device pool a FETCH names, readable by this process: @out gets
+ * [off, off + len) of it.
+ */
+static void pool_get(const struct kvfs_ctl_mem *pool, uint64_t off,
+		     void *out, size_t len)
+{
+	assert_int_equal(pool->backend, backend);
+	assert_true(off <= pool->size && len <= pool->size - off);
+	if (backend == KVFS_CTL_BACKEND_SHM) {
+		int pfd = shm_open(pool->shm_name, O_RDONLY, 0);
+		uint8_t *p;
+
+		assert_true(pfd >= 0);
+		p = mmap(NULL, pool->size, PROT_READ, MAP_SHARED, pfd, 0);
+		close(pfd);
+		assert_true(p != MAP_FAILED);
+		memcpy(out, p + off, len);
+		munmap(p, pool->size);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	cudaIpcMemHandle_t h;
+	void *d = NULL;
+
+	memcpy(&h, pool->ipc, sizeof(h));
+	assert_int_equal(cudaSetDevice((int)pool->device), cudaSuccess);
+	assert_int_equal(cudaIpcOpenMemHandle(&d, h,
+					      cudaIpcMemLazyEnablePeerAccess),
+			 cudaSuccess);
+	assert_int_equal(cudaMemcpy(out, (uint8_t *)d + off, len,
+				    cudaMemcpyDeviceToHost), cudaSuccess);
+	assert_int_equal(cudaIpcCloseMemHandle(d), cudaSuccess);
+#endif
 }
 
 /* ---------------------------------------------------------- transport */
@@ -215,33 +358,28 @@ static void test_lookup(void **state)
 	chain_free(&c);
 }
 
-/* FETCH, then map the pool read-only and compare the payloads. */
+/* FETCH, then read the pool as a client would and compare the payloads. */
 static void fetch_check(int fd, const struct chain *c, int from, int n)
 {
 	struct kvfs_ctl_msg m;
-	const uint8_t *pool;
-	int pfd;
+	uint8_t *buf = malloc(c->plen);
 
+	assert_non_null(buf);
 	req_init(&m, KVFS_CTL_FETCH, (uint32_t)n);
 	put_keys(&m, c, from, n);
 	assert_int_equal(call(fd, &m), 0);
-	assert_int_equal(m.resp.pool.backend, KVFS_CTL_BACKEND_SHM);
+	assert_int_equal(m.resp.pool.backend, backend);
 	assert_int_equal(m.resp.n_blocks, n);
-	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
-	assert_true(pfd >= 0);
-	pool = mmap(NULL, m.resp.pool.size, PROT_READ, MAP_SHARED, pfd, 0);
-	close(pfd);
-	assert_true(pool != MAP_FAILED);
 	for (int i = 0; i < n; i++) {
 		const struct kvfs_ctl_block *b = &resp_blk(&m)[i];
 
 		assert_int_equal(b->len, c->plen);
 		assert_int_equal(b->layer_bytes, c->plen / g.n_layers);
 		assert_true(b->tiers & 1u); /* gpu */
-		assert_memory_equal(pool + b->pool_off,
-				    c->img[from + i] + c->poff, c->plen);
+		pool_get(&m.resp.pool, b->pool_off, buf, c->plen);
+		assert_memory_equal(buf, c->img[from + i] + c->poff, c->plen);
 	}
-	munmap((void *)pool, m.resp.pool.size);
+	free(buf);
 }
 
 static void release_all(int fd)
@@ -401,7 +539,7 @@ static void test_concurrent_fetchers_one_copy(void **state)
 
 struct waiter {
 	volatile uint32_t *word;
-	struct shm_region *peer;
+	struct dev_region *peer;
 	const struct chain *c;
 	int ok_layers; /* layers seen complete with the right bytes */
 	int monotonic;
@@ -428,9 +566,9 @@ static void *wait_layers(void *arg)
 			w->monotonic = 0;
 		seen = v;
 		for (int i = 0; i < w->c->n; i++)
-			if (memcmp(w->peer->p + (uint64_t)i * w->c->plen +
-					   l * lb,
-				   w->c->img[i] + w->c->poff + l * lb, lb))
+			if (!dev_equal(w->peer,
+				       (uint64_t)i * w->c->plen + l * lb,
+				       w->c->img[i] + w->c->poff + l * lb, lb))
 				return NULL;
 		w->ok_layers++;
 	}
@@ -438,7 +576,7 @@ static void *wait_layers(void *arg)
 }
 
 static void fill_into(struct kvfs_ctl_msg *m, const struct chain *c,
-		      const struct shm_region *peer,
+		      const struct dev_region *peer,
 		      const struct shm_region *sync)
 {
 	struct kvfs_ctl_dst *dst;
@@ -450,10 +588,7 @@ static void fill_into(struct kvfs_ctl_msg *m, const struct chain *c,
 	dst = (void *)(req_keys(m) + c->n);
 	for (int i = 0; i < c->n; i++)
 		dst[i].off = (uint64_t)i * c->plen;
-	m->req.peer.backend = KVFS_CTL_BACKEND_SHM;
-	m->req.peer.size = peer->len;
-	snprintf(m->req.peer.shm_name, sizeof(m->req.peer.shm_name), "%s",
-		 peer->name);
+	dev_peer(peer, &m->req.peer);
 	snprintf(m->req.sync.shm_name, sizeof(m->req.sync.shm_name), "%s",
 		 sync->name);
 	m->req.sync.off = 64;
@@ -461,7 +596,8 @@ static void fill_into(struct kvfs_ctl_msg *m, const struct chain *c,
 
 static void test_fetch_into_per_layer(void **state)
 {
-	struct shm_region peer, sync;
+	struct dev_region peer;
+	struct shm_region sync;
 	struct kvfs_ctl_msg m;
 	struct waiter w = { 0 };
 	struct chain c;
@@ -469,7 +605,7 @@ static void test_fetch_into_per_layer(void **state)
 	int fd = ctl_open();
 
 	chain_write(&c, 7, 3);
-	shm_make(&peer, "peer", 3 * c.plen);
+	dev_make(&peer, "peer", 3 * c.plen);
 	shm_make(&sync, "sync", 4096);
 	w.word = (uint32_t *)(sync.p + 64);
 	w.peer = &peer;
@@ -482,8 +618,8 @@ static void test_fetch_into_per_layer(void **state)
 	assert_int_equal(w.ok_layers, g.n_layers);
 	assert_true(w.monotonic);
 	for (int i = 0; i < 3; i++)
-		assert_memory_equal(peer.p + i * c.plen, c.img[i] + c.poff,
-				    c.plen);
+		assert_true(dev_equal(&peer, (uint64_t)i * c.plen,
+				      c.img[i] + c.poff, c.plen));
 	/* the copy's temporary leases are gone */
 	assert_int_equal(stat_leases(fd, NULL, NULL), 0);
 
@@ -493,14 +629,19 @@ static void test_fetch_into_per_layer(void **state)
 	assert_int_equal(call(fd, &m), -EINVAL);
 	/* A handle of another backend. */
 	fill_into(&m, &c, &peer, &sync);
-	m.req.peer.backend = KVFS_CTL_BACKEND_CUDA;
+	m.req.peer.backend = backend == KVFS_CTL_BACKEND_SHM ?
+				     KVFS_CTL_BACKEND_CUDA :
+				     KVFS_CTL_BACKEND_SHM;
 	assert_int_equal(call(fd, &m), -EINVAL);
-	/* A peer that does not exist. */
+	/* A peer that does not exist: a name nobody made, a foreign
+	 * handle.
+	 */
 	fill_into(&m, &c, &peer, &sync);
 	snprintf(m.req.peer.shm_name, sizeof(m.req.peer.shm_name),
 		 "/kvfs-test-nonexistent");
+	memset(m.req.peer.ipc, 0x5a, sizeof(m.req.peer.ipc));
 	assert_true(call(fd, &m) < 0);
-	shm_drop(&peer);
+	dev_drop(&peer);
 	shm_drop(&sync);
 	close(fd);
 	chain_free(&c);
@@ -508,29 +649,29 @@ static void test_fetch_into_per_layer(void **state)
 
 static void test_save_round_trip(void **state)
 {
-	struct shm_region peer;
+	struct dev_region peer;
 	struct kvfs_ctl_msg m;
 	struct chain c;
 	char path[4200], hex[33];
-	uint8_t *file;
+	uint8_t *file, *kv;
 	int fd = ctl_open(), bfd;
 	uint8_t saved[16];
 
 	chain_write(&c, 8, 1); /* geometry and an expected image */
-	shm_make(&peer, "save", c.plen + 4096);
+	dev_make(&peer, "save", c.plen + 4096);
 	/* the caller's KV, at offset 4096 of its memory */
+	kv = malloc(c.plen);
+	assert_non_null(kv);
 	for (uint64_t b = 0; b < c.plen; b++)
-		peer.p[4096 + b] = (uint8_t)(b * 13 + 5);
+		kv[b] = (uint8_t)(b * 13 + 5);
+	dev_put(&peer, 4096, kv, c.plen);
 
 	req_init(&m, KVFS_CTL_SAVE, 0);
 	m.req.n_tokens = g.block_tokens;
 	m.req.size += 4 * g.block_tokens;
 	for (uint32_t t = 0; t < g.block_tokens; t++)
 		((uint32_t *)req_keys(&m))[t] = 900000 + t;
-	m.req.peer.backend = KVFS_CTL_BACKEND_SHM;
-	m.req.peer.size = peer.len;
-	snprintf(m.req.peer.shm_name, sizeof(m.req.peer.shm_name), "%s",
-		 peer.name);
+	dev_peer(&peer, &m.req.peer);
 	m.req.src_off = 4096;
 	memcpy(m.req.parent, root, 16);
 	struct kvfs_ctl_msg again = m;
@@ -545,7 +686,7 @@ static void test_save_round_trip(void **state)
 	assert_true(bfd >= 0);
 	assert_int_equal(read(bfd, file, c.size), (ssize_t)c.size);
 	close(bfd);
-	assert_memory_equal(file + c.poff, peer.p + 4096, c.plen);
+	assert_memory_equal(file + c.poff, kv, c.plen);
 	assert_memory_equal(file + 64, saved, 16);
 	free(file);
 
@@ -558,7 +699,8 @@ static void test_save_round_trip(void **state)
 	m.req.src_off = peer.len - 100;
 	((uint32_t *)req_keys(&m))[0] = 12345;
 	assert_int_equal(call(fd, &m), -EINVAL);
-	shm_drop(&peer);
+	dev_drop(&peer);
+	free(kv);
 	close(fd);
 	chain_free(&c);
 }
@@ -692,6 +834,8 @@ int main(void)
 
 	mnt = getenv("KVFS_MNT");
 	ns = getenv("KVFS_NS");
+	if (getenv("KVFS_TEST_GPU") && !strcmp(getenv("KVFS_TEST_GPU"), "cuda"))
+		backend = KVFS_CTL_BACKEND_CUDA;
 	if (!mnt || !ns) {
 		fprintf(stderr, "ctl_client: set KVFS_MNT and KVFS_NS\n");
 		return 2;
