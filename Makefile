@@ -164,8 +164,11 @@ $(LIB): $(LIB_OBJS)
 $(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl: $(LIBKVFS_A)
 
 # The tiny checkpoints and double-precision reference of the restoration
-# tests, shared by the CPU and the GPU suites.
-$(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda: $(BUILD)/obj/tests/unit/ckpt_ref.o
+# tests, shared by the CPU and the GPU suites and the chunk reads of
+# hidden-state blocks (unit and integration).
+$(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda \
+	$(BUILD)/tests/test_chunk $(BUILD)/itests/chunks_client: \
+	$(BUILD)/obj/tests/unit/ckpt_ref.o
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:

@@ -371,12 +371,7 @@ void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 	f = atomic_fetch_or(&b->flags, KVFS_B_FREED);
 	if (f & KVFS_B_FREED)
 		return;
-	if (b->kind == KVFS_KIND_HIDDEN) {
-		atomic_fetch_sub(&c->st_hidden_blocks, 1);
-		atomic_fetch_sub(&c->st_hidden_stored, b->ssize);
-		atomic_fetch_sub(&c->st_hidden_kv, b->size);
-		atomic_fetch_sub(&b->ns->hc.hidden_blocks, 1);
-	}
+	kvfs_block_count_hidden(c, b, -1);
 	pthread_mutex_lock(&b->lock);
 	dx = b->dram;
 	sx = b->ssd;
@@ -422,6 +417,8 @@ void kvfs_block_info(struct kvfs_block *b, struct kvfs_block_info *out)
 	out->size = b->size;
 	out->stored_size = b->ssize;
 	out->stored_kind = b->kind;
+	out->stored_kv_from = b->kv_from;
+	out->n_layers = b->ns->geom.n_layers;
 	out->created = b->created;
 	out->last_access = atomic_load(&b->last_access);
 	out->hits = atomic_load(&b->hits);
@@ -790,12 +787,14 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	if (rc)
 		goto out_reject;
 
-	/* Hidden states the namespace does not keep are restored once,
-	 * here, and stored as the KV block they stand for.
+	/* The layers the namespace does not keep as hidden states are
+	 * restored once, here: every layer (stored as the KV block they
+	 * stand for) or those from its kv_from on (stored MIXED).
 	 */
-	convert = h.kind == KVFS_KIND_HIDDEN && !hc->keep_hidden;
-	ssize = convert ? kvfs_fmt_file_size(&p->ns->geom, KVFS_KIND_KV,
-					     h.n_tokens) :
+	convert = h.kind == KVFS_KIND_HIDDEN &&
+		  hc->kv_from < p->ns->geom.n_layers;
+	ssize = convert ? kvfs_fmt_split_file_size(&p->ns->geom, h.n_tokens,
+						   hc->kv_from) :
 			  p->size;
 	rc = kvfs_dram_reserve(c, ssize, &ext);
 	if (rc) {
@@ -806,11 +805,12 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	if (convert) {
 		uint64_t t0 = kvfs_util_now_mono();
 
-		rc = kvfs_rpool_build(p->ns, NULL, p->buf, p->size, ext.ptr,
-				      ext.len);
+		rc = kvfs_rpool_build(p->ns, NULL, p->buf, p->size,
+				      hc->kv_from, ext.ptr, ext.len);
 		fe = rc ? KVFS_FMT_OK :
 			  kvfs_fmt_validate(ext.ptr, ssize, &p->ns->geom,
-					    p->key, p->ns->rec.root, 0, &h);
+					    p->key, p->ns->rec.root,
+					    KVFS_FMT_ALLOW_MIXED, &h);
 		if (!rc && fe != KVFS_FMT_OK)
 			rc = -EIO;
 		if (rc) {
@@ -822,8 +822,13 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 			atomic_fetch_add(&c->st_restore_errors, 1);
 			goto out_free_ext;
 		}
-		atomic_fetch_add(&c->st_converted, 1);
-		atomic_fetch_add(&hc->converted, 1);
+		if (h.kind == KVFS_KIND_MIXED) {
+			atomic_fetch_add(&c->st_splits, 1);
+			atomic_fetch_add(&hc->splits, 1);
+		} else {
+			atomic_fetch_add(&c->st_converted, 1);
+			atomic_fetch_add(&hc->converted, 1);
+		}
 		atomic_fetch_add(&c->st_restore_ns, kvfs_util_now_mono() - t0);
 	} else {
 		memcpy(ext.ptr, p->buf, p->size);
@@ -887,12 +892,7 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	}
 	kvfs_ns_add(p->ns, b);
 	atomic_fetch_add(&dram->st.bytes_written, b->ssize);
-	if (b->kind == KVFS_KIND_HIDDEN) {
-		atomic_fetch_add(&c->st_hidden_blocks, 1);
-		atomic_fetch_add(&c->st_hidden_stored, b->ssize);
-		atomic_fetch_add(&c->st_hidden_kv, b->size);
-		atomic_fetch_add(&hc->hidden_blocks, 1);
-	}
+	kvfs_block_count_hidden(c, b, 1);
 
 	pthread_mutex_lock(&c->policy_lock);
 	struct kvfs_paccess a = { .now = b->created };
@@ -1003,7 +1003,9 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 	enum kvfs_fmt_err fe;
 
 	fe = kvfs_fmt_validate(buf, b->ssize, &b->ns->geom, b->pn.key,
-			       b->ns->rec.root, KVFS_FMT_ALLOW_HIDDEN, &h);
+			       b->ns->rec.root,
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED,
+			       &h);
 	if (fe == KVFS_FMT_OK && h.hdr_crc == b->hdr_crc)
 		return 0;
 	kvfs_fmt_key_hex(b->pn.key, hex);
@@ -1014,6 +1016,22 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 				   : kvfs_fmt_strerror(fe));
 	atomic_fetch_add(&c->st_csum_errors, 1);
 	return -EBADMSG;
+}
+
+void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
+			     const struct kvfs_extent *ext)
+{
+	struct kvfs_paccess a = { .now = kvfs_util_now_real() };
+
+	pthread_mutex_lock(&c->policy_lock);
+	pthread_mutex_lock(&b->lock);
+	b->dram = *ext;
+	atomic_store(&b->dram_ptr, ext->ptr);
+	atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
+	pthread_mutex_unlock(&b->lock);
+	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
+	pthread_mutex_unlock(&c->policy_lock);
+	atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
 }
 
 /*
@@ -1075,20 +1093,11 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		*priv_len = sx.len;
 		return 0;
 	}
-	pthread_mutex_lock(&c->policy_lock);
-	pthread_mutex_lock(&b->lock);
-	b->dram = ext;
-	atomic_store(&b->dram_ptr, ext.ptr);
-	atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
-	pthread_mutex_unlock(&b->lock);
-	struct kvfs_paccess a = { .now = kvfs_util_now_real() };
-	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
-	pthread_mutex_unlock(&c->policy_lock);
-	atomic_fetch_add(&dram->st.blocks, 1);
+	kvfs_block_publish_dram(c, b, &ext);
 	/* Promoted (or prefetched) hidden states are restored before a
 	 * reader asks: the read then finds the KV image in DRAM.
 	 */
-	if (mode == KVFS_LOAD_MOVE && b->kind == KVFS_KIND_HIDDEN)
+	if (mode == KVFS_LOAD_MOVE && kvfs_block_needs_restore(b))
 		kvfs_rpool_ahead(c, b);
 	return 0;
 
@@ -1111,7 +1120,7 @@ static uint8_t *dram_servable(struct kvfs_block *b)
 
 	atomic_fetch_add(&b->readers, 1);
 	base = atomic_load(&b->dram_ptr);
-	if (base && (b->kind != KVFS_KIND_HIDDEN ||
+	if (base && (!kvfs_block_needs_restore(b) ||
 		     kvfs_img_kind(base) == KVFS_KIND_KV))
 		return base;
 	atomic_fetch_sub(&b->readers, 1);
@@ -1148,7 +1157,7 @@ int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 			r->in_dram = true;
 			break;
 		}
-		if (b->kind == KVFS_KIND_HIDDEN) {
+		if (kvfs_block_needs_restore(b)) {
 			/* Never the stored bytes: wait for the KV image. */
 			rc = kvfs_rpool_wait(c, b, &r->priv, &r->priv_len);
 			if (rc)

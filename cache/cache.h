@@ -109,6 +109,11 @@ struct kvfs_block_info {
 	uint64_t size;        /* the file's size: the KV-kind file it reads as */
 	uint64_t stored_size; /* bytes stored (differs for hidden states) */
 	uint16_t stored_kind; /* enum kvfs_fmt_kind of what is stored */
+	/* Stored layers below it are hidden states, the others K and V
+	 * (meta/fmt.h split layouts): 0 for KV, n_layers for HIDDEN.
+	 */
+	uint32_t stored_kv_from;
+	uint32_t n_layers;
 	uint64_t created; /* ns */
 	uint64_t last_access; /* ns */
 	uint64_t hits;
@@ -242,5 +247,60 @@ void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
 
 /* Run one write-back pass now and wait for it (tests). */
 int kvfs_cache_writeback_now(struct kvfs_cache *c);
+
+/*
+ * Restoring a stored split image (kind HIDDEN or MIXED, docs/hcache.md)
+ * read from the SSD tier: the daemon's restoration jobs use it for blocks
+ * with no DRAM copy, and tests/bench/bench_hcache.c times its two modes.
+ */
+struct kvfs_tier;
+struct kvfs_extent;
+struct kvfs_restore;
+struct kvfs_restore_ws;
+
+enum kvfs_restore_stream_flags {
+	/* Read the whole image, verify it, then restore: the way a block
+	 * is loaded without pipelining (the benchmark's baseline).
+	 */
+	KVFS_RS_WHOLE = 1 << 0,
+};
+
+struct kvfs_restore_stream {
+	struct kvfs_tier *ssd;          /* the SSD tier */
+	const struct kvfs_extent *ext;  /* the stored image's extent */
+	const struct kvfs_geom *g;      /* the namespace geometry */
+	const struct kvfs_restore *rst; /* its loaded checkpoint */
+	struct kvfs_restore_ws *ws;     /* or NULL: one is made per call */
+	/* What the block record says; the image must agree. */
+	uint32_t n_tokens;
+	uint32_t kv_from;               /* 0 < kv_from <= n_layers */
+	uint64_t start_pos;
+	uint32_t hdr_crc;
+	const uint8_t *key;             /* the block's key */
+	const uint8_t *root;            /* the namespace root key */
+	uint8_t *img;   /* 4096-aligned, ext->len bytes: the stored image */
+	uint8_t *dst;   /* receives the KV file image; the tail is zeroed */
+	uint64_t dst_len; /* >= kvfs_fmt_file_size(g, KVFS_KIND_KV, n) */
+	unsigned flags; /* enum kvfs_restore_stream_flags */
+	const char *bad; /* out: why verification failed, for the log */
+};
+
+/*
+ * kvfs_cache_restore_stream() - build the KV file image of a block from
+ * its stored split image on the SSD.  By default pipelined: the image is
+ * read as one batch of per-layer ranges (4096-aligned, in layer order;
+ * ->readv with a done callback), and each layer is projected (layers below
+ * kv_from) or copied (K and V layers) as soon as its bytes and all before
+ * them have arrived, while later layers stream in.  The payload CRC is
+ * computed over the layers as they are processed; once every range is in,
+ * the image is validated (header CRC, layout, key, start position, the
+ * record's header CRC) and the CRC compared.  Nothing in @rs->dst may be
+ * used unless this returns 0.
+ * Returns 0; -EBADMSG when the image fails verification (@rs->bad says
+ * why; the caller logs it); the read's -errno; -EINVAL (bad arguments or
+ * a refused restoration, logged); -ENOMEM.  Takes no lock; the caller
+ * keeps the extent from being freed.
+ */
+int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs);
 
 #endif

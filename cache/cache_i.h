@@ -31,14 +31,21 @@
  */
 struct kvfs_hc_ns {
 	struct kvfs_restore *rst; /* NULL: no weights, HIDDEN writes refused */
-	bool keep_hidden;         /* HIDDEN writes stored as written */
+	/* The split HIDDEN writes are stored with (meta/fmt.h): n_layers
+	 * keeps them as written, 0 restores them to KV at commit, anything
+	 * between stores them MIXED (layers from kv_from on restored).
+	 */
+	uint32_t kv_from;
+	bool kv_fixed;            /* kv_from set by hcache_kv_layers */
 	bool planned;             /* prof and plan[DRAM, SSD] are valid */
 	bool ssd_profiled;        /* plan[SSD] is valid */
 	struct kvfs_hsched_profile prof; /* seconds per layer */
 	struct kvfs_hsched_plan plan[KVFS_NTIERS];
-	atomic_uint_least64_t hidden_blocks; /* stored as hidden now */
+	atomic_uint_least64_t hidden_blocks; /* stored HIDDEN or MIXED now */
+	atomic_uint_least64_t mixed_blocks;  /* of those, MIXED */
 	atomic_uint_least64_t restored;      /* restorations for reads */
 	atomic_uint_least64_t converted;     /* HIDDEN writes stored as KV */
+	atomic_uint_least64_t splits;        /* HIDDEN writes stored MIXED */
 };
 
 struct kvfs_ns {
@@ -69,7 +76,7 @@ struct kvfs_block {
 	 * the device pool): for a block stored as hidden states it is the
 	 * KV-kind file restoration produces.  ssize is the stored image
 	 * (the record's size, what the SSD extent holds, what write-back
-	 * writes); the two differ only when kind is HIDDEN.
+	 * writes); the two differ only when kind is HIDDEN or MIXED.
 	 */
 	uint64_t size;
 	uint64_t ssize;
@@ -203,7 +210,8 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_discards, st_promoted, st_demoted;
 	atomic_uint_least64_t st_promote_passes;
 	/* hidden-state restoration (restore_pool.c) */
-	atomic_uint_least64_t st_hidden_blocks;    /* stored as hidden now */
+	atomic_uint_least64_t st_hidden_blocks;    /* stored HIDDEN or MIXED */
+	atomic_uint_least64_t st_mixed_blocks;     /* of those, MIXED */
 	atomic_uint_least64_t st_hidden_stored;    /* their stored bytes */
 	atomic_uint_least64_t st_hidden_kv;        /* their KV file bytes */
 	atomic_uint_least64_t st_restores;         /* for reads and ahead */
@@ -214,7 +222,49 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_restore_private;  /* results kept out of DRAM */
 	atomic_uint_least64_t st_restore_errors;
 	atomic_uint_least64_t st_converted;        /* HIDDEN writes made KV */
+	atomic_uint_least64_t st_splits;           /* HIDDEN made MIXED */
+	atomic_uint_least64_t st_pipelined;        /* SSD restores streamed */
 };
+
+/* Whether @b's stored form has hidden-state layers, so that reads need
+ * its restoration (kind HIDDEN or MIXED).
+ */
+static inline bool kvfs_block_needs_restore(const struct kvfs_block *b)
+{
+	return b->kind == KVFS_KIND_HIDDEN || b->kind == KVFS_KIND_MIXED;
+}
+
+/* Count @b in (@sign 1) or out of (-1) the hidden-state statistics;
+ * a no-op for a KV-stored block.
+ */
+static inline void kvfs_block_count_hidden(struct kvfs_cache *c,
+					   struct kvfs_block *b, int sign)
+{
+	struct kvfs_hc_ns *hc = &b->ns->hc;
+	bool mixed = b->kind == KVFS_KIND_MIXED;
+
+	if (!kvfs_block_needs_restore(b))
+		return;
+	if (sign > 0) {
+		atomic_fetch_add(&c->st_hidden_blocks, 1);
+		atomic_fetch_add(&c->st_hidden_stored, b->ssize);
+		atomic_fetch_add(&c->st_hidden_kv, b->size);
+		atomic_fetch_add(&hc->hidden_blocks, 1);
+		if (mixed) {
+			atomic_fetch_add(&c->st_mixed_blocks, 1);
+			atomic_fetch_add(&hc->mixed_blocks, 1);
+		}
+	} else {
+		atomic_fetch_sub(&c->st_hidden_blocks, 1);
+		atomic_fetch_sub(&c->st_hidden_stored, b->ssize);
+		atomic_fetch_sub(&c->st_hidden_kv, b->size);
+		atomic_fetch_sub(&hc->hidden_blocks, 1);
+		if (mixed) {
+			atomic_fetch_sub(&c->st_mixed_blocks, 1);
+			atomic_fetch_sub(&hc->mixed_blocks, 1);
+		}
+	}
+}
 
 /* cache.c */
 void kvfs_block_get_ref(struct kvfs_block *b);
@@ -236,6 +286,11 @@ enum kvfs_load_mode {
 };
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
+/* Make @ext (a DRAM tier extent) @b's published DRAM copy and tell the
+ * policy.  Caller holds b->io_lock and has seen no DRAM copy under it.
+ */
+void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
+			     const struct kvfs_extent *ext);
 
 /* cache_gpu.c */
 struct kvfs_ctl_session;
@@ -265,20 +320,23 @@ void kvfs_bg_end(struct kvfs_cache *c);
  * kvfs_rpool_stop() - finish the jobs readers wait for, drop the others,
  *   join the threads.  Later waits restore in the caller's thread.
  * kvfs_rpool_free() - stop, then free the checkpoints.  NULL pool is ok.
- * kvfs_rpool_wait() - for a read of @b (kind HIDDEN, held by an open):
- *   submit its restoration or join the one under way, and wait.  Returns
- *   0 when the DRAM copy now is (or was) the KV image (the caller looks
- *   again), or 0 with *@priv set to a private KV image (malloc'd, the
- *   reader's to free) when the result could not be kept in DRAM;
- *   -EIO (no weights, logged), -ENOMEM, or the load's error.  Takes no
- *   engine lock on entry; must not be called under one.
+ * kvfs_rpool_wait() - for a read of @b (kind HIDDEN or MIXED, held by
+ *   an open): submit its restoration or join the one under way, and
+ *   wait.  Returns 0 when the DRAM copy now is (or was) the KV image (the
+ *   caller looks again), or 0 with *@priv set to a private KV image
+ *   (malloc'd, the reader's to free) when the result could not be kept
+ *   in DRAM; -EIO (no weights, logged), -ENOMEM, or the load's error
+ *   (-EBADMSG: the SSD copy failed verification).  Takes no engine lock
+ *   on entry; must not be called under one.
  * kvfs_rpool_ahead() - submit @b's restoration without waiting (promotion,
  *   PREFETCH); a no-op for other kinds, without threads, or when a job
  *   for @b exists.  May be called under b->io_lock.
- * kvfs_rpool_build() - build the KV file image of a verified HIDDEN image
- *   @h (@h_len bytes) of @ns into @dst (@dst_len >= its size; the tail is
- *   zeroed): header with kind KV and the same key, parent, tokens and
- *   start_pos, both CRCs.  @ws may be NULL.  0, -EINVAL, -ENOMEM.
+ * kvfs_rpool_build() - from a verified stored image @h (@h_len bytes,
+ *   kind HIDDEN or MIXED) of @ns, build into @dst (@dst_len >= its size;
+ *   the tail is zeroed) the image of split @kv_from (< the source's):
+ *   0 gives the KV file a read serves, 0 < kv_from < n_layers the MIXED
+ *   image a HIDDEN write is stored as.  Same key, parent, tokens and
+ *   start_pos; both CRCs.  @ws may be NULL.  0, -EINVAL, -ENOMEM.
  * kvfs_rpool_stats() - the restoration lines of .kvfs/stats.
  */
 struct kvfs_rpool;
@@ -289,8 +347,8 @@ int kvfs_rpool_wait(struct kvfs_cache *c, struct kvfs_block *b, void **priv,
 		    uint64_t *priv_len);
 void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b);
 int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
-		     const uint8_t *h, uint64_t h_len, uint8_t *dst,
-		     uint64_t dst_len);
+		     const uint8_t *h, uint64_t h_len, uint32_t kv_from,
+		     uint8_t *dst, uint64_t dst_len);
 void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f);
 /* The block-file kind in an image's header. */
 static inline uint16_t kvfs_img_kind(const void *img)

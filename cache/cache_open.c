@@ -459,12 +459,7 @@ static int recover_blocks(struct kvfs_cache *c)
 			continue;
 		}
 		kvfs_ns_add(ns, b);
-		if (b->kind == KVFS_KIND_HIDDEN) {
-			atomic_fetch_add(&c->st_hidden_blocks, 1);
-			atomic_fetch_add(&c->st_hidden_stored, b->ssize);
-			atomic_fetch_add(&c->st_hidden_kv, b->size);
-			atomic_fetch_add(&ns->hc.hidden_blocks, 1);
-		}
+		kvfs_block_count_hidden(c, b, 1);
 		struct kvfs_paccess a = { .now = r->last_access };
 		kvfs_policy_insert(c->policy, KVFS_TIER_SSD, &b->pn, &a);
 		atomic_fetch_add(&ssd->st.blocks, 1);

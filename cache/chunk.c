@@ -9,6 +9,12 @@
  * sorted by disk offset and merged where they touch, each rounded to
  * 4 KiB for O_DIRECT. Each piece is checked against its own CRC-32C.
  *
+ * Blocks stored as hidden states (kind HIDDEN, or MIXED below kv_from)
+ * serve the same KV pieces: a piece's stored bytes are its chunk's
+ * hidden-state rows, which are read (always through the scratch buffer),
+ * checked, and projected to K and V into memory of our own before they
+ * are delivered and offered to the chunk cache.
+ *
  * The cache: scores live per (block key, chunk) in a hash table, cached
  * pieces per (block key, layer, chunk) hang off their chunk's score, and
  * each residency set (device, DRAM) is a min-heap of its pieces ordered by
@@ -108,6 +114,12 @@ struct kvfs_chunk_state {
 	pthread_mutex_t scratch_lock; /* guards scratch, scratch_len */
 	uint8_t *scratch;
 	size_t scratch_len;
+	/* The restoration workspace of pieces projected from hidden
+	 * states, kept like the scratch buffer; a concurrent request
+	 * allocates its own.
+	 */
+	pthread_mutex_t ws_lock;      /* guards ws */
+	struct kvfs_restore_ws *ws;
 
 	atomic_uint_least64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
 	atomic_uint_least64_t bytes_missed; /* wanted bytes the SSD served */
@@ -125,11 +137,13 @@ static uint32_t nchunks_of(const struct kvfs_block *b)
 
 size_t kvfs_chunk_ncrcs(const struct kvfs_block *b)
 {
-	if (b->kind != KVFS_KIND_KV)
-		return 0;
 	return (size_t)b->ns->geom.n_layers * nchunks_of(b);
 }
 
+/* The table covers the stored pieces, whatever the split: hidden-state
+ * rows below b->kv_from, K and V from it on. Those are the bytes the SSD
+ * holds, so every piece read from it can be checked before use.
+ */
 void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
 		     uint32_t *out)
 {
@@ -137,14 +151,12 @@ void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
 	uint32_t nc = nchunks_of(b);
 	uint64_t off, len;
 
-	if (b->kind != KVFS_KIND_KV)
-		return;
 	for (uint32_t l = 0; l < g->n_layers; l++)
 		for (uint32_t j = 0; j < nc; j++) {
 			size_t k = (size_t)l * nc + j;
 
-			if (kvfs_fmt_chunk_range(g, b->n_tokens, l, j, &off,
-						 &len)) {
+			if (kvfs_fmt_piece_range(g, b->n_tokens, b->kv_from, l,
+						 j, &off, &len)) {
 				out[k] = 0;
 				continue;
 			}
@@ -871,7 +883,12 @@ static void scores_ensure(struct kvfs_cache *c, struct kc *v, size_t n)
 
 /* Per piece. */
 struct pw {
-	uint64_t off, len;  /* in the block file */
+	uint64_t off, len;  /* in the served (KV) block file */
+	/* In the stored image: the same as off, len but for blocks stored
+	 * as hidden states (or split), where layers below b->kv_from hold
+	 * hidden-state rows instead of K and V.
+	 */
+	uint64_t soff, slen;
 	uint64_t abs;       /* in the data file (SSD pieces) */
 	size_t blk;         /* index into the distinct blocks */
 	struct centry *e;   /* pinned cache hit */
@@ -879,6 +896,8 @@ struct pw {
 	bool todo;          /* not delivered yet */
 	bool ssd;           /* read from the SSD */
 	bool direct;        /* read straight into its destination */
+	bool proj;          /* stored as hidden states: K and V are
+			     * projected from them */
 };
 
 /* Per distinct block. */
@@ -919,15 +938,29 @@ static int check_pieces(struct kvfs_chunk_piece *p, size_t n, bool spec,
 			return -EINVAL;
 		}
 		key_hex(b, hex);
-		if (b->kind != KVFS_KIND_KV ||
-		    kvfs_fmt_chunk_range(&b->ns->geom, b->n_tokens, p[i].layer,
+		if (kvfs_fmt_chunk_range(&b->ns->geom, b->n_tokens, p[i].layer,
 					 p[i].chunk, &pw[i].off,
 					 &pw[i].len) ||
-		    pw[i].off + pw[i].len > b->size) {
+		    pw[i].off + pw[i].len > b->size ||
+		    kvfs_fmt_piece_range(&b->ns->geom, b->n_tokens, b->kv_from,
+					 p[i].layer, p[i].chunk, &pw[i].soff,
+					 &pw[i].slen) ||
+		    pw[i].soff + pw[i].slen > b->ssize) {
 			kvfs_warn("ns %s: block %s.kv has no layer %u chunk %u "
 				  "(%u layers, %u chunks): request refused",
 				  b->ns->rec.name, hex, p[i].layer, p[i].chunk,
 				  b->ns->geom.n_layers, nchunks_of(b));
+			return -EINVAL;
+		}
+		pw[i].proj = p[i].layer < b->kv_from;
+		if (pw[i].proj && !b->ns->hc.rst) {
+			/* Refused at commit; a store written with weights
+			 * and opened without them gets here.
+			 */
+			kvfs_err("ns %s: block %s.kv layer %u is stored as "
+				 "hidden states and the namespace has no "
+				 "weights to project them: request refused",
+				 b->ns->rec.name, hex, p[i].layer);
 			return -EINVAL;
 		}
 		if (!spec && !p[i].dst) {
@@ -938,6 +971,68 @@ static int check_pieces(struct kvfs_chunk_piece *p, size_t n, bool spec,
 		p[i].spec = 0;
 		p[i].err = 0;
 		pw[i].todo = true;
+	}
+	return 0;
+}
+
+/*
+ * Projection of pieces stored as hidden states: a restoration workspace,
+ * taken on the first such piece of a request (the shared one when free)
+ * and given back at its end.
+ */
+struct prj {
+	struct kvfs_chunk_state *st;
+	struct kvfs_restore_ws *ws;
+	bool shared;        /* ws is st->ws, st->ws_lock held */
+};
+
+static void prj_release(struct prj *pj)
+{
+	if (pj->shared)
+		pthread_mutex_unlock(&pj->st->ws_lock);
+	else
+		kvfs_restore_ws_free(pj->ws);
+	pj->ws = NULL;
+	pj->shared = false;
+}
+
+/*
+ * K and V of piece (@layer, @chunk) of @b, from that chunk's hidden-state
+ * rows @x, into @out (one chunk in the KV layout, padding rows zeroed):
+ * the restoration of the whole block (gpu/restore.h) for those rows only,
+ * at their own positions. @out is the daemon's memory, never a client's.
+ * 0, -ENOMEM or -EIO (logged).
+ */
+static int prj_run(struct prj *pj, struct kvfs_block *b, uint32_t layer,
+		   uint32_t chunk, const void *x, void *out)
+{
+	struct kvfs_chunk_state *st = pj->st;
+	const struct kvfs_geom *g = &b->ns->geom;
+	uint32_t c = g->chunk_tokens, first = chunk * c;
+	uint32_t n = b->n_tokens - first < c ? b->n_tokens - first : c;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	int rc;
+
+	if (!pj->ws && pthread_mutex_trylock(&st->ws_lock) == 0) {
+		if (!st->ws && kvfs_restore_ws_alloc(&st->ws))
+			st->ws = NULL;
+		if (st->ws) {
+			pj->ws = st->ws;
+			pj->shared = true;
+		} else {
+			pthread_mutex_unlock(&st->ws_lock);
+		}
+	}
+	if (!pj->ws && kvfs_restore_ws_alloc(&pj->ws))
+		return -ENOMEM;
+	rc = kvfs_restore_layer(b->ns->hc.rst, pj->ws, layer, x, g->dtype,
+				b->start_pos + first, n, c, out, g->dtype);
+	if (rc) {
+		key_hex(b, hex);
+		kvfs_err("ns %s: block %s.kv layer %u chunk %u: projecting its "
+			 "hidden states failed (%s): not served",
+			 b->ns->rec.name, hex, layer, chunk, strerror(-rc));
+		return rc == -ENOMEM ? rc : -EIO;
 	}
 	return 0;
 }
@@ -1008,8 +1103,10 @@ static int check_whole(struct kvfs_cache *c, struct bw *w, const void *img)
 	size_t n = kvfs_chunk_ncrcs(b);
 	uint32_t *crc;
 
-	fe = kvfs_fmt_validate(img, b->size, &b->ns->geom, b->pn.key,
-			       b->ns->rec.root, 0, &h);
+	fe = kvfs_fmt_validate(img, b->ssize, &b->ns->geom, b->pn.key,
+			       b->ns->rec.root,
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED,
+			       &h);
 	if (fe != KVFS_FMT_OK || h.hdr_crc != b->hdr_crc) {
 		key_hex(b, hex);
 		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
@@ -1116,6 +1213,7 @@ struct rd {
 	uint8_t *buf;        /* the scratch reads' buffer */
 	struct ins *ins;     /* room for the pieces of one read */
 	struct iovec *iov;   /* the direct reads' iovecs */
+	struct prj *pj;      /* projections of hidden-state pieces */
 	bool spec, client;
 	kvfs_chunk_cb *cb;
 	void *arg;
@@ -1157,22 +1255,24 @@ static void scrub(struct rd *d, size_t i)
 
 	if (!d->pw[i].direct)
 		return;
-	for (uint64_t k = 0; k < d->pw[i].len; k += sizeof(zero))
+	for (uint64_t k = 0; k < d->pw[i].slen; k += sizeof(zero))
 		if (copy_out(dst + k, zero, sizeof(zero), d->client))
 			return;
 }
 
 /*
  * One read has finished: check each of its pieces by its CRC (or its
- * block's image by the block CRC), deliver it, and offer it to the chunk
- * cache, while the rest of the batch is still on the disk.
+ * block's image by the block CRC), project the ones stored as hidden
+ * states, deliver them, and offer them to the chunk cache, while the rest
+ * of the batch is still on the disk.
  */
 static void read_done(struct kvfs_tier_io *io, void *arg)
 {
 	struct rd *d = arg;
 	struct kvfs_cache *c = d->c;
 	const struct rng *r = &d->r[io - d->io];
-	size_t nins = 0;
+	uint8_t *kv = NULL;
+	size_t nins = 0, nkv = 0;
 
 	for (size_t j = 0; j < r->n; j++) {
 		size_t i = d->ord[r->first + j];
@@ -1183,6 +1283,7 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 		const uint8_t *src;
 		char hex[KVFS_KEY_HEX_LEN + 1];
 		uint32_t want, crc = 0;
+		int rc;
 
 		if (io->res) {
 			if (!j)
@@ -1197,7 +1298,7 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 		src = direct ? p->dst : d->buf + r->pos + (pw->abs - r->start);
 		if (w->whole) {
 			if (!w->err && !w->checked) {
-				w->err = check_whole(c, w, src - pw->off);
+				w->err = check_whole(c, w, src - pw->soff);
 				w->checked = !w->err;
 			}
 			if (w->err) {
@@ -1208,7 +1309,7 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 			want = w->crc[(size_t)p->layer * nchunks_of(w->b) +
 				      p->chunk];
 			if (direct && d->client &&
-			    kvfs_guard_crc32c(&crc, src, (size_t)pw->len)) {
+			    kvfs_guard_crc32c(&crc, src, (size_t)pw->slen)) {
 				kvfs_err("chunk read: the caller's memory "
 					 "vanished while chunks were read into "
 					 "it");
@@ -1216,7 +1317,7 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 				continue;
 			}
 			if (!(direct && d->client))
-				crc = kvfs_fmt_crc32c(0, src, (size_t)pw->len);
+				crc = kvfs_fmt_crc32c(0, src, (size_t)pw->slen);
 			if (crc != want) {
 				key_hex(w->b, hex);
 				kvfs_err("ns %s: block %s.kv layer %u chunk %u: "
@@ -1229,6 +1330,24 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 				scrub(d, i);
 				continue;
 			}
+		}
+		if (pw->proj) {
+			/* Into our own memory first: the projection is not a
+			 * guarded write, and what the cache keeps must not be
+			 * a client's.
+			 */
+			if (!kv && !(kv = malloc((size_t)r->n * pw->len))) {
+				p->err = -ENOMEM;
+				continue;
+			}
+			rc = prj_run(d->pj, w->b, p->layer, p->chunk, src,
+				     kv + nkv * pw->len);
+			if (rc) {
+				p->err = rc;
+				continue;
+			}
+			src = kv + nkv++ * pw->len;
+			direct = false;
 		}
 		if (!direct && p->dst &&
 		    copy_out(p->dst, src, (size_t)pw->len, d->client)) {
@@ -1245,9 +1364,11 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 			.b = w->b, .layer = p->layer, .chunk = p->chunk,
 			.len = (uint32_t)pw->len, .src = src, .spec = d->spec,
 			.client = direct && d->client,
-			.crc = w->whole ? 0 : crc, .checked = !w->whole };
+			.crc = w->whole ? 0 : crc,
+			.checked = !w->whole && !pw->proj };
 	}
 	cache_insert(c, d->ins, nins);
+	free(kv);
 }
 
 /*
@@ -1261,14 +1382,14 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
  */
 static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
-		    bool spec, bool client, struct ins *ins,
+		    bool spec, bool client, struct ins *ins, struct prj *pj,
 		    struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
 		    void *arg)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
 	struct rd d = { .c = c, .p = p, .pw = pw, .bw = bw, .ins = ins,
-			.spec = spec, .client = client, .cb = cb,
+			.pj = pj, .spec = spec, .client = client, .cb = cb,
 			.arg = arg };
 	struct kvfs_extent *ex = NULL;
 	size_t nr = 0, nd = 0, m, *cnt = NULL;
@@ -1311,14 +1432,17 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			pw[i].ssd = false;
 			continue;
 		}
-		pw[i].abs = w->sx.off + pw[i].off;
-		if (w->whole || !p[i].dst ||
-		    (((uintptr_t)p[i].dst | pw[i].off | pw[i].len) &
+		pw[i].abs = w->sx.off + pw[i].soff;
+		/* Hidden-state rows are projected, never delivered as
+		 * read: they go through the scratch buffer.
+		 */
+		if (w->whole || !p[i].dst || pw[i].proj ||
+		    (((uintptr_t)p[i].dst | pw[i].soff | pw[i].slen) &
 		     (KVFS_FMT_ALIGN - 1)))
 			continue;
 		pw[i].direct = true;
 		d.r[nd++] = (struct rng){ .start = pw[i].abs,
-					  .end = pw[i].abs + pw[i].len,
+					  .end = pw[i].abs + pw[i].slen,
 					  .dst = p[i].dst,
 					  .layer = p[i].layer,
 					  .contig = true };
@@ -1367,7 +1491,7 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		d.r[nr++] = (struct rng){
 			.start = pw[i].abs & ~(uint64_t)(KVFS_FMT_ALIGN - 1),
 			.end = w->sx.off +
-			       kvfs_util_align_up(pw[i].off + pw[i].len,
+			       kvfs_util_align_up(pw[i].soff + pw[i].slen,
 						  KVFS_FMT_ALIGN) };
 	}
 	if (!nr)
@@ -1443,12 +1567,12 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 
 			if (last && (uint8_t *)last->iov_base +
 						last->iov_len == dst) {
-				last->iov_len += (size_t)pw[o[j]].len;
+				last->iov_len += (size_t)pw[o[j]].slen;
 				continue;
 			}
 			g->iov[g->iovcnt++] = (struct iovec){
 				.iov_base = dst,
-				.iov_len = (size_t)pw[o[j]].len };
+				.iov_len = (size_t)pw[o[j]].slen };
 		}
 		v += g->iovcnt;
 	}
@@ -1526,6 +1650,24 @@ static bool would_cache(struct kvfs_cache *c, double s, uint32_t len)
 	return st->cap[CSET_DRAM] && set_admits(st, CSET_DRAM, s, len);
 }
 
+/*
+ * Whether the DRAM copy of @b, stored as hidden states, is the KV image a
+ * restoration left there. Its pieces are then the served file's bytes
+ * exactly, which a cached projection need not be (docs/contiguouskv.md):
+ * they are taken from the image instead.
+ */
+static bool kv_image(struct kvfs_block *b)
+{
+	const uint8_t *base;
+	bool kv;
+
+	atomic_fetch_add(&b->readers, 1);
+	base = atomic_load(&b->dram_ptr);
+	kv = base && kvfs_img_kind(base) == KVFS_KIND_KV;
+	atomic_fetch_sub(&b->readers, 1);
+	return kv;
+}
+
 /* Serve what the chunk cache holds. Pins taken under the lock, bytes
  * copied without it. DRAM hits that may move up are queued in @ins (with
  * their pin); every other pin is dropped.
@@ -1570,7 +1712,7 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			continue;
 		s = score_find(st, p[i].b->pn.key, p[i].chunk);
 		e = piece_find(s, p[i].layer, true);
-		if (!e)
+		if (!e || (pw[i].proj && kv_image(p[i].b)))
 			continue;
 		e->pins++;
 		pw[i].e = e;
@@ -1621,16 +1763,68 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	pthread_mutex_unlock(&st->lock);
 }
 
-/* Serve what the blocks' own DRAM or pool copies hold. */
+/*
+ * Piece @i from the DRAM copy of a block stored as hidden states (or
+ * split). That copy is the stored image until a restoration swaps in the
+ * KV image, which frees the old one once its readers are gone: the piece
+ * is taken under b->readers. From the KV image, or a stored KV layer, the
+ * bytes are copied; from stored hidden-state rows they are projected,
+ * into @kv (chunk bytes of our own), then copied out. 1 when there is no
+ * DRAM copy, 0 when delivered (*@projected says whether @kv holds it),
+ * -errno when the copy or the projection failed.
+ */
+static int serve_split(struct kvfs_chunk_piece *p, struct pw *pw,
+		       bool client, struct prj *pj, uint8_t *kv,
+		       bool *projected)
+{
+	struct kvfs_block *b = p->b;
+	const uint8_t *base;
+	int rc = 0;
+
+	*projected = false;
+	atomic_fetch_add(&b->readers, 1);
+	base = atomic_load(&b->dram_ptr);
+	if (!base) {
+		rc = 1;
+	} else if (kvfs_img_kind(base) == KVFS_KIND_KV) {
+		if (p->dst)
+			rc = copy_out(p->dst, base + pw->off, (size_t)pw->len,
+				      client);
+	} else if (!pw->proj) {
+		if (p->dst)
+			rc = copy_out(p->dst, base + pw->soff,
+				      (size_t)pw->slen, client);
+	} else {
+		rc = prj_run(pj, b, p->layer, p->chunk, base + pw->soff, kv);
+		*projected = !rc;
+	}
+	atomic_fetch_sub(&b->readers, 1);
+	if (*projected && p->dst)
+		rc = copy_out(p->dst, kv, (size_t)pw->len, client);
+	return rc;
+}
+
+/*
+ * Serve what the blocks' own DRAM or pool copies hold. Pieces projected
+ * from hidden states in DRAM are queued in @ins (their bytes in @kv, room
+ * for @kv_cap pieces) for the chunk cache: unlike a copy, a projection costs
+ * compute that the cache saves the next time. With @spec such a piece is
+ * projected only if the cache would keep it.
+ */
 static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			 struct pw *pw, size_t n, struct bw *bw, size_t nb,
-			 bool client, struct kvfs_chunk_result *res)
+			 bool spec, bool client, struct prj *pj, uint8_t *kv,
+			 size_t kv_cap, struct ins *ins, size_t *nins,
+			 struct kvfs_chunk_result *res)
 {
+	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	size_t nkv = 0;
 
 	/* A lease keeps the pool copy from moving while we copy from it
 	 * (gpu_unpublish refuses leased blocks); our open keeps the DRAM
-	 * copy (eviction and the deferred free refuse open blocks).
+	 * copy (eviction and the deferred free refuse open blocks). The
+	 * pool copy is always the KV file the block serves.
 	 */
 	for (size_t k = 0; k < nb && gpu; k++) {
 		struct kvfs_block *b = bw[k].b;
@@ -1649,12 +1843,42 @@ static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	for (size_t i = 0; i < n; i++) {
 		struct bw *w = &bw[pw[i].blk];
 		const uint8_t *base;
+		bool projected = false;
 		int rc = 0;
 
 		if (!pw[i].todo)
 			continue;
-		base = atomic_load(&w->b->dram_ptr);
-		if (base) {
+		if (w->b->kv_from && atomic_load(&w->b->dram_ptr)) {
+			/* @kv was sized before a load may have published
+			 * this copy: without room, the SSD serves the piece.
+			 */
+			if (pw[i].proj && nkv == kv_cap)
+				continue;
+			if (spec && pw[i].proj) {
+				struct cscore *s;
+				bool keep;
+
+				pthread_mutex_lock(&st->lock);
+				s = score_find(st, p[i].b->pn.key, p[i].chunk);
+				keep = would_cache(c, s ? score_s(s) : 0,
+						   (uint32_t)pw[i].len);
+				pthread_mutex_unlock(&st->lock);
+				if (!keep) {
+					pw[i].todo = false;
+					continue;
+				}
+			}
+			rc = serve_split(&p[i], &pw[i], client, pj,
+					 kv + nkv * pw[i].len, &projected);
+			if (rc < 0 && pw[i].proj && !projected) {
+				/* Projection failed: no other copy helps. */
+				p[i].err = rc;
+				pw[i].todo = false;
+				continue;
+			}
+			if (rc)
+				continue;
+		} else if ((base = atomic_load(&w->b->dram_ptr)) != NULL) {
 			if (p[i].dst)
 				rc = copy_out(p[i].dst, base + pw[i].off,
 					      (size_t)pw[i].len, client);
@@ -1670,6 +1894,11 @@ static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		p[i].from = KVFS_CHUNK_FROM_BLOCK;
 		pw[i].todo = false;
 		res->mem_hits++;
+		if (projected)
+			ins[(*nins)++] = (struct ins){
+				.b = p[i].b, .layer = p[i].layer,
+				.chunk = p[i].chunk, .len = (uint32_t)pw[i].len,
+				.src = kv + nkv++ * pw[i].len, .spec = spec };
 	}
 	for (size_t k = 0; k < nb; k++)
 		if (bw[k].leased) {
@@ -1698,7 +1927,9 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	struct bw *bw = NULL;
 	struct kc *kc = NULL;
 	struct ins *ins = NULL;
-	size_t nb = 0, nkc = 0, nins = 0;
+	struct prj pj = { .st = st };
+	uint8_t *kv = NULL;
+	size_t nb = 0, nkc = 0, nins = 0, nkv = 0;
 	int rc, worst = 0;
 
 	if (!res)
@@ -1770,7 +2001,16 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	scores_ensure(c, kc, nkc);
 
 	serve_cache(c, p, pw, n, spec, client, ins, &nins, res);
-	serve_blocks(c, p, pw, n, bw, nb, client, res);
+	/* Room for the pieces a DRAM copy of hidden states may project. */
+	for (size_t i = 0; i < n; i++)
+		nkv += pw[i].todo && pw[i].proj &&
+		       atomic_load(&p[i].b->dram_ptr);
+	if (nkv && !(kv = malloc(nkv * (size_t)pw[0].len))) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	serve_blocks(c, p, pw, n, bw, nb, spec, client, &pj, kv, nkv, ins,
+		     &nins, res);
 	for (size_t i = 0; i < n && cb; i++)
 		if (p[i].from)
 			cb(arg, i);
@@ -1796,9 +2036,14 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			bw[pw[i].blk].ssd = true;
 			atomic_fetch_add(&st->bytes_missed, pw[i].len);
 		}
-	/* serve_cache's promotions first: read_ssd reuses the array. */
+	/* serve_cache's promotions and serve_blocks' projections first:
+	 * read_ssd reuses the array.
+	 */
 	cache_insert(c, ins, nins);
-	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, res, cb, arg);
+	free(kv);
+	kv = NULL;
+	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj, res, cb,
+		      arg);
 
 	for (size_t i = 0; i < n; i++) {
 		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)
@@ -1812,6 +2057,9 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	atomic_fetch_add(&st->bytes_read, res->bytes_read);
 	atomic_fetch_add(&st->ssd_reads, res->ssd_reads);
 	atomic_fetch_add(&st->mem_hits, res->mem_hits);
+out_close:
+	prj_release(&pj);
+	free(kv);
 	for (size_t k = 0; k < nb; k++) {
 		if (!bw[k].held)
 			continue;
@@ -1840,7 +2088,7 @@ int kvfs_chunk_score(struct kvfs_cache *c, struct kvfs_block *b,
 	if (!st || !b)
 		return -EINVAL;
 	key_hex(b, hex);
-	if (b->kind != KVFS_KIND_KV || chunk >= nchunks_of(b)) {
+	if (chunk >= nchunks_of(b)) {
 		kvfs_warn("ns %s: block %s.kv has no chunk %u (%u chunks): "
 			  "score refused", b->ns->rec.name, hex, chunk,
 			  nchunks_of(b));
@@ -1906,7 +2154,7 @@ int kvfs_chunk_get_score(struct kvfs_cache *c, struct kvfs_block *b,
 	uint64_t vf = 0;
 	int rc;
 
-	if (!st || !b || b->kind != KVFS_KIND_KV || chunk >= nchunks_of(b))
+	if (!st || !b || chunk >= nchunks_of(b))
 		return -EINVAL;
 	pthread_mutex_lock(&st->lock);
 	x = score_find(st, b->pn.key, chunk);
@@ -2123,6 +2371,7 @@ int kvfs_chunk_init(struct kvfs_cache *c)
 		return -ENOMEM;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->scratch_lock, NULL);
+	pthread_mutex_init(&st->ws_lock, NULL);
 	st->cap[CSET_DRAM] = c->conf.chunk_dram;
 	st->cap[CSET_GPU] = gpu && c->gops ? c->conf.chunk_gpu : 0;
 	if (c->conf.chunk_gpu && !st->cap[CSET_GPU])
@@ -2168,6 +2417,8 @@ void kvfs_chunk_release(struct kvfs_cache *c)
 	todo_free(st->todo);
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->scratch_lock);
+	pthread_mutex_destroy(&st->ws_lock);
+	kvfs_restore_ws_free(st->ws);
 	free(st->scratch);
 	free(st);
 	c->chunks = NULL;

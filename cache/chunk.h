@@ -19,6 +19,14 @@
  * checked by its block CRC; its table is rebuilt then and stored by the
  * next kvfs_chunk_flush(). docs/contiguouskv.md has the details.
  *
+ * Pieces are always delivered in the served KV layout. A block stored as
+ * hidden states (kind HIDDEN, or MIXED below its kv_from) holds a piece's
+ * hidden-state rows instead (meta/fmt.h, kvfs_fmt_piece_range): those rows
+ * are read (and checked against the CRC of the stored piece), and K and V
+ * are projected from them with the namespace's checkpoint
+ * (kvfs_restore_layer on that chunk alone). Once a restoration has left
+ * the block's KV image in DRAM, pieces are copied from it instead.
+ *
  * Scores (paper 004 §4.4): per (block, chunk), I = cumulative attention
  * reported by engines, F = loads the engines asked for, S = I * F. The
  * cache holds pieces in two sets, device and DRAM, each evicting its
@@ -106,7 +114,9 @@ void kvfs_chunk_release(struct kvfs_cache *c);
  * delivered, logged), -EIO, -ENOENT (a block was deleted meanwhile),
  * -ENOMEM. With -EBADMSG, -EIO or -ENOENT every other piece is still
  * delivered; p[i].err says which were not (-EIO wins over -EBADMSG over
- * -ENOENT in the return value).
+ * -ENOENT in the return value). A piece stored as hidden states in a
+ * namespace without a loaded checkpoint is -EINVAL (checked first, logged);
+ * a projection that fails is -EIO or -ENOMEM for its piece.
  * Every non-speculative piece adds 1 to F of its (block, chunk): F counts
  * layer-chunk loads, however the engine splits them into calls.
  * With KVFS_CHUNK_SPECULATIVE a piece that is in no memory is read only if
@@ -158,9 +168,12 @@ int kvfs_chunk_flush(struct kvfs_cache *c);
 void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b);
 
 /*
- * kvfs_chunk_crcs() - the per-piece CRC-32C table of a block image: n_layers
- * * n_chunks values, layer-major. @out must hold that many. The write-back
- * stores it with the block record.
+ * kvfs_chunk_crcs() - the per-piece CRC-32C table of @b's stored image @img
+ * (b->ssize bytes; any kind): n_layers * n_chunks values, layer-major, each
+ * over the stored piece kvfs_fmt_piece_range(b->kv_from) names: hidden-state
+ * rows below b->kv_from, K and V from it on. @out must hold that many.
+ * b->ns, n_tokens, kind and kv_from must be set. The write-back stores it
+ * with the block record.
  */
 void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
 		     uint32_t *out);

@@ -2,16 +2,19 @@
 /*
  * Hidden-state restoration in the engine (HCache, paper 003;
  * docs/hcache.md): each namespace's checkpoint, the start-up profile and
- * the bubble-free plan, the KV image built from a HIDDEN image, and the
- * restoration threads.
+ * the bubble-free plan and the split HIDDEN writes are stored with, the
+ * KV image built from a stored HIDDEN or MIXED image, the pipelined
+ * restore from the SSD, and the restoration threads.
  *
- * A block stored as hidden states reads as the KV-kind file its
+ * A block stored as hidden states (HIDDEN, or MIXED: hidden states below
+ * its kv_from, K and V from there on) reads as the KV-kind file its
  * restoration produces.  A read that finds no KV image in DRAM submits the
  * block's restoration job, or joins the one under way: jobs are keyed by
- * block, so any number of readers cause one restoration.  The job loads
- * the hidden image (the DRAM copy, or from the SSD through the normal,
- * verified load), rebuilds K and V with gpu/restore.h, and replaces the
- * block's DRAM copy with the KV image.  From then on reads, mmap and FETCH
+ * block, so any number of readers cause one restoration.  The job
+ * restores from the stored image's DRAM copy, or, when there is none,
+ * straight from the SSD with each layer projected as it arrives
+ * (kvfs_cache_restore_stream(), verified before anything is used), and
+ * makes the KV image the block's DRAM copy.  From then on reads, mmap and FETCH
  * are served from DRAM like any KV block, and eviction drops the KV image
  * as the block's DRAM copy; the hidden image stays on the SSD.  A block
  * the policy keeps out of DRAM gets its result as a private copy for each
@@ -72,15 +75,15 @@ struct kvfs_rpool {
 /* ---------------------------------------------------------- the KV image */
 
 int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
-		     const uint8_t *h, uint64_t h_len, uint8_t *dst,
-		     uint64_t dst_len)
+		     const uint8_t *h, uint64_t h_len, uint32_t kv_from,
+		     uint8_t *dst, uint64_t dst_len)
 {
 	const struct kvfs_geom *g = &ns->geom;
-	struct kvfs_restore_io io = { 0 };
+	struct kvfs_restore_split_io io = { 0 };
 	struct kvfs_fmt_hdr hd;
 	enum kvfs_fmt_err fe;
 	uint64_t size, po;
-	uint32_t *tok;
+	uint32_t *tok, src_from;
 	int rc;
 
 	if (!ns->hc.rst)
@@ -89,17 +92,20 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 	 * decodes the header (and rechecks the key, which is cheap).
 	 */
 	fe = kvfs_fmt_validate(h, h_len, g, NULL, ns->rec.root,
-			       KVFS_FMT_ALLOW_HIDDEN |
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED |
 				       KVFS_FMT_SKIP_PAYLOAD_CRC,
 			       &hd);
-	if (fe != KVFS_FMT_OK || hd.kind != KVFS_KIND_HIDDEN) {
-		kvfs_err("ns %s: hidden-state image refused for restoration: "
-			 "%s", ns->rec.name,
+	src_from = kvfs_fmt_hdr_kv_from(&hd);
+	if (fe != KVFS_FMT_OK || hd.kind == KVFS_KIND_KV ||
+	    kv_from >= src_from) {
+		kvfs_err("ns %s: stored image refused for restoration: %s",
+			 ns->rec.name,
 			 fe != KVFS_FMT_OK ? kvfs_fmt_strerror(fe) :
-					     "not of kind HIDDEN");
+			 hd.kind == KVFS_KIND_KV ? "already of kind KV" :
+						   "no layers to restore");
 		return -EINVAL;
 	}
-	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, hd.n_tokens);
+	size = kvfs_fmt_split_file_size(g, hd.n_tokens, kv_from);
 	po = kvfs_fmt_payload_off(hd.n_tokens);
 	if (!size || size > dst_len)
 		return -EINVAL;
@@ -108,19 +114,20 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 		return -ENOMEM;
 	for (uint32_t i = 0; i < hd.n_tokens; i++)
 		tok[i] = kvfs_util_get32(h + KVFS_FMT_HDR_SIZE + 4ull * i);
-	io.hidden = h + po;
-	io.hidden_len = h_len - po;
-	io.hidden_dtype = g->dtype;
-	io.kv = dst + po;
-	io.kv_len = size - po;
-	io.kv_dtype = g->dtype;
+	io.src = h + po;
+	io.src_len = h_len - po;
+	io.src_kv_from = src_from;
+	io.dst = dst + po;
+	io.dst_len = size - po;
+	io.dst_kv_from = kv_from;
+	io.dtype = g->dtype;
 	io.start_pos = hd.start_pos;
 	io.n_tokens = hd.n_tokens;
 	io.chunk_tokens = g->chunk_tokens;
-	rc = kvfs_restore_block(ns->hc.rst, ws, &io);
+	rc = kvfs_restore_split(ns->hc.rst, ws, &io);
 	if (!rc)
-		rc = kvfs_fmt_build(g, KVFS_KIND_KV, hd.parent, hd.start_pos,
-				    tok, hd.n_tokens, NULL, dst, size);
+		rc = kvfs_fmt_build_split(g, kv_from, hd.parent, hd.start_pos,
+					  tok, hd.n_tokens, NULL, dst, size);
 	free(tok);
 	if (!rc && dst_len > size)
 		memset(dst + size, 0, dst_len - size);
@@ -129,60 +136,343 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 
 /* ---------------------------------------------------------------- a job */
 
-/* The hidden image of @b to restore from. */
-struct hsrc {
-	const uint8_t *p;
-	void *priv;     /* loaded outside DRAM: ours to free */
-	uint64_t len;
-	bool in_dram;   /* p is the DRAM copy; b->readers counts us */
+/* ----------------------------------------------- restoring from the SSD */
+
+/* The state of one kvfs_cache_restore_stream(): ranges complete in any
+ * order, layers are processed in order.  Only the thread running the
+ * tier's readv (the done callbacks run on it) touches it.
+ */
+struct rs_ctx {
+	struct kvfs_restore_stream *rs;
+	struct kvfs_restore_ws *ws;
+	struct kvfs_tier_io *io;
+	uint32_t *upto;   /* per range: layers below it are in once it is */
+	bool *done;       /* per range */
+	size_t nr;        /* ranges */
+	size_t next;      /* first range not yet processed */
+	uint32_t layer;   /* next layer to process */
+	bool tokens;      /* the token area is in the CRC */
+	uint32_t crc;     /* payload CRC of what was processed */
+	uint64_t po;      /* payload offset */
+	int err;          /* first failure, read or restore */
 };
 
-/* 0 with @s filled, 1 when the DRAM copy is already the KV image, or the
- * load's error.  The caller holds an open of @b.
- */
-static int hidden_src(struct kvfs_cache *c, struct kvfs_block *b,
-		      struct hsrc *s)
+/* Project or copy layers [x->layer, @upto), adding them to the CRC. */
+static int rs_layers(struct rs_ctx *x, uint32_t upto)
 {
-	uint64_t len;
-	uint8_t *p;
+	struct kvfs_restore_stream *rs = x->rs;
+	const struct kvfs_geom *g = rs->g;
+	uint64_t so, sl, ko, kl;
 	int rc;
 
-	memset(s, 0, sizeof(*s));
-	for (;;) {
-		atomic_fetch_add(&b->readers, 1);
-		p = atomic_load(&b->dram_ptr);
-		if (p) {
-			if (kvfs_img_kind(p) == KVFS_KIND_KV) {
-				atomic_fetch_sub(&b->readers, 1);
-				return 1;
-			}
-			s->p = p;
-			s->len = b->ssize;
-			s->in_dram = true;
-			return 0;
-		}
-		atomic_fetch_sub(&b->readers, 1);
-		pthread_mutex_lock(&b->io_lock);
-		rc = atomic_load(&b->dram_ptr) ?
-			     0 :
-			     kvfs_block_load(c, b, KVFS_LOAD_READ, &s->priv,
-					     &len);
-		pthread_mutex_unlock(&b->io_lock);
-		if (rc)
-			return rc;
-		if (s->priv) {
-			s->p = s->priv;
-			s->len = b->ssize;
-			return 0;
+	if (!x->tokens) {
+		x->crc = kvfs_fmt_crc32c(0, rs->img + KVFS_FMT_HDR_SIZE,
+					 x->po - KVFS_FMT_HDR_SIZE);
+		x->tokens = true;
+	}
+	for (; x->layer < upto; x->layer++) {
+		uint32_t l = x->layer;
+
+		if (kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l, &so,
+					 &sl) ||
+		    kvfs_fmt_layer_range(g, rs->n_tokens, 0, l, &ko, &kl))
+			return -EINVAL;
+		x->crc = kvfs_fmt_crc32c(x->crc, rs->img + so, sl);
+		if (l < rs->kv_from) {
+			rc = kvfs_restore_layer(rs->rst, x->ws, l,
+						rs->img + so, g->dtype,
+						rs->start_pos, rs->n_tokens,
+						g->chunk_tokens, rs->dst + ko,
+						g->dtype);
+			if (rc)
+				return rc;
+		} else {
+			if (sl != kl)
+				return -EINVAL;
+			memcpy(rs->dst + ko, rs->img + so, kl);
 		}
 	}
+	return 0;
+}
+
+/* A range arrived: process every layer whose bytes, and all before
+ * them, are now in.
+ */
+static void rs_done(struct kvfs_tier_io *io, void *arg)
+{
+	struct rs_ctx *x = arg;
+
+	x->done[io - x->io] = true;
+	if (io->res && !x->err)
+		x->err = io->res;
+	while (!x->err && x->next < x->nr && x->done[x->next])
+		x->err = rs_layers(x, x->upto[x->next++]);
+}
+
+/* The image must be the block the record describes.  @crc: check the
+ * payload CRC here; otherwise compare @payload_crc, computed as it
+ * streamed.
+ */
+static int rs_verify(struct kvfs_restore_stream *rs, uint64_t ssize,
+		     bool crc, uint32_t payload_crc, struct kvfs_fmt_hdr *h)
+{
+	enum kvfs_fmt_err fe;
+
+	fe = kvfs_fmt_validate(rs->img, ssize, rs->g, rs->key, rs->root,
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED |
+				       (crc ? 0 : KVFS_FMT_SKIP_PAYLOAD_CRC),
+			       h);
+	if (fe != KVFS_FMT_OK) {
+		rs->bad = kvfs_fmt_strerror(fe);
+		return -EBADMSG;
+	}
+	if (h->hdr_crc != rs->hdr_crc ||
+	    kvfs_fmt_hdr_kv_from(h) != rs->kv_from ||
+	    h->n_tokens != rs->n_tokens || h->start_pos != rs->start_pos) {
+		rs->bad = "header does not match the record";
+		return -EBADMSG;
+	}
+	if (!crc && payload_crc != h->payload_crc) {
+		rs->bad = kvfs_fmt_strerror(KVFS_FMT_EPAYLOADCRC);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
+{
+	const struct kvfs_geom *g = rs ? rs->g : NULL;
+	struct kvfs_restore_ws *tmp = NULL;
+	struct rs_ctx x = { 0 };
+	struct kvfs_fmt_hdr h;
+	uint64_t ssize, size, prev = 0;
+	uint32_t *tok = NULL;
+	int rc;
+
+	if (!rs || !rs->ssd || !rs->ext || !g || !rs->rst || !rs->img ||
+	    !rs->dst || !rs->key || !rs->root || !rs->kv_from ||
+	    rs->kv_from > g->n_layers)
+		return -EINVAL;
+	rs->bad = NULL;
+	ssize = kvfs_fmt_split_file_size(g, rs->n_tokens, rs->kv_from);
+	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, rs->n_tokens);
+	if (!ssize || ssize > rs->ext->len || !size || size > rs->dst_len) {
+		kvfs_err("restore: stream refused: %" PRIu64 "-byte image in a "
+			 "%" PRIu64 "-byte extent, %" PRIu64 "-byte KV image "
+			 "into %" PRIu64 " bytes", ssize, rs->ext->len, size,
+			 rs->dst_len);
+		return -EINVAL;
+	}
+	x.rs = rs;
+	x.ws = rs->ws;
+	x.po = kvfs_fmt_payload_off(rs->n_tokens);
+	x.io = calloc(g->n_layers, sizeof(*x.io));
+	x.upto = calloc(g->n_layers, sizeof(*x.upto));
+	x.done = calloc(g->n_layers, sizeof(*x.done));
+	tok = malloc((size_t)rs->n_tokens * sizeof(*tok));
+	rc = -ENOMEM;
+	if (!x.io || !x.upto || !x.done || !tok)
+		goto out_free;
+	if (!x.ws) {
+		rc = kvfs_restore_ws_alloc(&tmp);
+		if (rc)
+			goto out_free;
+		x.ws = tmp;
+	}
+	if (rs->flags & KVFS_RS_WHOLE) {
+		rc = rs->ssd->ops->read(rs->ssd, rs->ext, 0, rs->img,
+					rs->ext->len);
+		if (!rc)
+			rc = rs_verify(rs, ssize, true, 0, &h);
+		if (!rc)
+			rc = rs_layers(&x, g->n_layers);
+		goto out_build;
+	}
+	/* One range per layer, each ending at the 4096-aligned end of its
+	 * layer (the header and tokens go with layer 0): a layer lying
+	 * inside the previous range completes with it.
+	 */
+	for (uint32_t l = 0; l < g->n_layers; l++) {
+		uint64_t off, len, end;
+
+		if (kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l, &off,
+					 &len)) {
+			rc = -EINVAL;
+			goto out_free;
+		}
+		end = kvfs_util_align_up(off + len, KVFS_FMT_ALIGN);
+		if (end > prev) {
+			x.io[x.nr] = (struct kvfs_tier_io){
+				.ext = rs->ext, .off = prev, .len = end - prev,
+				.buf = rs->img + prev, .done = rs_done,
+				.arg = &x };
+			x.nr++;
+			prev = end;
+		}
+		x.upto[x.nr - 1] = l + 1;
+	}
+	rc = rs->ssd->ops->readv(rs->ssd, x.io, x.nr);
+	if (!rc)
+		rc = x.err;
+	if (!rc && x.layer != g->n_layers)
+		rc = -EIO;
+	if (!rc)
+		rc = rs_verify(rs, ssize, false, x.crc, &h);
+out_build:
+	if (rc)
+		goto out_free;
+	for (uint32_t i = 0; i < rs->n_tokens; i++)
+		tok[i] = kvfs_util_get32(rs->img + KVFS_FMT_HDR_SIZE +
+					 4ull * i);
+	rc = kvfs_fmt_build(g, KVFS_KIND_KV, h.parent, h.start_pos, tok,
+			    rs->n_tokens, NULL, rs->dst, size);
+	if (!rc && rs->dst_len > size)
+		memset(rs->dst + size, 0, rs->dst_len - size);
+out_free:
+	kvfs_restore_ws_free(tmp);
+	free(tok);
+	free(x.io);
+	free(x.upto);
+	free(x.done);
+	return rc;
+}
+
+/*
+ * Restore @b, which has no DRAM copy, straight from its SSD image with
+ * the I/O of later layers overlapping the projection of earlier ones.
+ * Returns 0 with the KV image published as the DRAM copy (*@img NULL) or
+ * kept private in *@img (@*img_len bytes; the policy kept it out of DRAM
+ * or no room could be made), -EAGAIN when a DRAM copy appeared meanwhile
+ * (restore from it instead), or -errno (-EBADMSG logged as a checksum
+ * failure, like any SSD copy that fails verification).
+ */
+static int job_stream(struct kvfs_cache *c, struct kvfs_block *b,
+		      struct kvfs_restore_ws *ws, uint8_t **img,
+		      uint64_t *img_len)
+{
+	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
+	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
+	struct kvfs_ns *ns = b->ns;
+	struct kvfs_restore_stream rs = { 0 };
+	struct kvfs_extent sx, ext = { 0 };
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	uint64_t alen = kvfs_util_align_up(b->size, KVFS_FMT_ALIGN);
+	uint8_t *dst, *src;
+	bool admit, keep;
+	int rc;
+
+	*img = NULL;
+	pthread_mutex_lock(&b->lock);
+	sx = b->ssd;
+	rc = (atomic_load(&b->flags) & KVFS_B_PERSISTED) ? 0 : -EIO;
+	pthread_mutex_unlock(&b->lock);
+	if (rc) {
+		kvfs_err("block ino %" PRIu64 " has no copy in any tier",
+			 b->ino);
+		return rc;
+	}
+	pthread_mutex_lock(&c->policy_lock);
+	admit = kvfs_policy_admit(c->policy, KVFS_TIER_SSD, KVFS_TIER_DRAM,
+				  &b->pn);
+	pthread_mutex_unlock(&c->policy_lock);
+	keep = admit && kvfs_dram_reserve(c, b->size, &ext) == 0;
+	if (keep) {
+		dst = ext.ptr;
+		alen = ext.len;
+	} else {
+		dst = aligned_alloc(KVFS_FMT_ALIGN, alen);
+	}
+	src = aligned_alloc(KVFS_FMT_ALIGN, sx.len);
+	rc = -ENOMEM;
+	if (!dst || !src)
+		goto out_free;
+	rs.ssd = ssd;
+	rs.ext = &sx;
+	rs.g = &ns->geom;
+	rs.rst = ns->hc.rst;
+	rs.ws = ws;
+	rs.n_tokens = b->n_tokens;
+	rs.kv_from = b->kv_from;
+	rs.start_pos = b->start_pos;
+	rs.hdr_crc = b->hdr_crc;
+	rs.key = b->pn.key;
+	rs.root = ns->rec.root;
+	rs.img = src;
+	rs.dst = dst;
+	rs.dst_len = alen;
+	/* Loads of this block are serialised: nobody brings the stored
+	 * image into DRAM while we stream it.
+	 */
+	pthread_mutex_lock(&b->io_lock);
+	if (atomic_load(&b->dram_ptr)) {
+		pthread_mutex_unlock(&b->io_lock);
+		rc = -EAGAIN;
+		goto out_free;
+	}
+	rc = kvfs_cache_restore_stream(&rs);
+	if (!rc) {
+		atomic_fetch_add(&ssd->st.hits, 1);
+		atomic_fetch_add(&c->st_pipelined, 1);
+		if (keep)
+			kvfs_block_publish_dram(c, b, &ext);
+	}
+	pthread_mutex_unlock(&b->io_lock);
+	if (rc == -EBADMSG) {
+		kvfs_fmt_key_hex(b->pn.key, hex);
+		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
+			 " fails verification (%s): not served",
+			 ns->rec.name, hex, sx.off, rs.bad);
+		atomic_fetch_add(&c->st_csum_errors, 1);
+	}
+	if (rc)
+		goto out_free;
+	free(src);
+	if (!keep) {
+		*img = dst;
+		*img_len = alen;
+	}
+	return 0;
+
+out_free:
+	free(src);
+	if (keep)
+		dram->ops->free(dram, &ext);
+	else
+		free(dst);
+	return rc;
+}
+
+/* The stored image of @b in DRAM, to restore from. */
+struct hsrc {
+	const uint8_t *p;
+	uint64_t len;
+	bool in_dram;   /* b->readers counts us */
+};
+
+/* 0 with @s filled, 1 when the DRAM copy is already the KV image,
+ * -ENOENT when there is no DRAM copy.
+ */
+static int hidden_src(struct kvfs_block *b, struct hsrc *s)
+{
+	uint8_t *p;
+
+	memset(s, 0, sizeof(*s));
+	atomic_fetch_add(&b->readers, 1);
+	p = atomic_load(&b->dram_ptr);
+	if (!p || kvfs_img_kind(p) == KVFS_KIND_KV) {
+		atomic_fetch_sub(&b->readers, 1);
+		return p ? 1 : -ENOENT;
+	}
+	s->p = p;
+	s->len = b->ssize;
+	s->in_dram = true;
+	return 0;
 }
 
 static void hidden_src_put(struct kvfs_block *b, struct hsrc *s)
 {
 	if (s->in_dram)
 		atomic_fetch_sub(&b->readers, 1);
-	free(s->priv);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -224,10 +514,10 @@ static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 	struct kvfs_ns *ns = b->ns;
 	struct kvfs_extent ext = { 0 };
 	char hex[KVFS_KEY_HEX_LEN + 1];
-	uint64_t t0 = kvfs_util_now_mono(), alen;
+	uint64_t t0 = kvfs_util_now_mono(), alen, slen = 0;
 	bool keep;
 	struct hsrc s;
-	uint8_t *dst;
+	uint8_t *dst, *sdst = NULL;
 	int rc;
 
 	kvfs_fmt_key_hex(b->pn.key, hex);
@@ -249,7 +539,29 @@ static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 	/* Only a durable block's DRAM copy may turn into the KV image. */
 	if (!(atomic_load(&b->flags) & KVFS_B_PERSISTED))
 		kvfs_cache_sync(c, b);
-	rc = hidden_src(c, b, &s);
+	/* A stored image in DRAM is restored from there; a block only on
+	 * the SSD is streamed from it, I/O overlapping the projection.
+	 */
+	for (;;) {
+		rc = hidden_src(b, &s);
+		if (rc != -ENOENT)
+			break;
+		rc = job_stream(c, b, ws, &sdst, &slen);
+		if (rc == -EAGAIN)
+			continue;
+		if (rc)
+			goto out_close;
+		atomic_fetch_add(&c->st_restores, 1);
+		atomic_fetch_add(&ns->hc.restored, 1);
+		atomic_fetch_add(&c->st_restore_ns,
+				 kvfs_util_now_mono() - t0);
+		if (sdst) {
+			atomic_fetch_add(&c->st_restore_private, 1);
+			j->img = sdst;
+			j->img_len = slen;
+		}
+		goto out_close;
+	}
 	if (rc) {
 		if (rc == 1)
 			rc = 0; /* restored meanwhile, or copied down */
@@ -269,7 +581,7 @@ static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 			goto out_close;
 		}
 	}
-	rc = kvfs_rpool_build(ns, ws, s.p, s.len, dst, alen);
+	rc = kvfs_rpool_build(ns, ws, s.p, s.len, 0, dst, alen);
 	if (rc) {
 		hidden_src_put(b, &s);
 		goto out_free_dst;
@@ -513,7 +825,7 @@ void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b)
 	struct kvfs_rpool *rp = c->rpool;
 	struct kvfs_rjob *j;
 
-	if (!rp || b->kind != KVFS_KIND_HIDDEN || !b->ns->hc.rst)
+	if (!rp || !kvfs_block_needs_restore(b) || !b->ns->hc.rst)
 		return;
 	pthread_mutex_lock(&rp->lock);
 	if (rp->n_threads && !rp->stop && !job_find(rp, b)) {
@@ -718,30 +1030,34 @@ out_free:
 	return rc;
 }
 
-/* What HIDDEN writes to @ns are kept as, from its store_as and plans. */
-static int hc_decide(struct kvfs_ns *ns)
+/*
+ * The split HIDDEN writes to @ns are stored with, from its store_as, the
+ * SSD plan and hcache_kv_layers (@cn).  store_as = auto follows the plan
+ * of the SSD, where blocks live for the long term: its hidden layers stay
+ * hidden states, its KV layers are stored only as K and V.
+ */
+static int hc_decide(struct kvfs_ns *ns, const struct kvfs_conf_ns *cn)
 {
 	struct kvfs_hc_ns *hc = &ns->hc;
 	const struct kvfs_geom *g = &ns->geom;
-	struct kvfs_hsched_plan plans[2];
-	uint32_t first_kv = g->n_layers;
-	size_t np = 0;
-	uint8_t *fl;
+	uint32_t n = g->n_layers, kv = 2 * g->n_kv_heads * g->head_dim;
+	bool smaller = kvfs_hsched_hidden_smaller(g->hidden_size,
+						  g->n_kv_heads, g->head_dim);
+	bool ssd = hc->planned && hc->ssd_profiled;
+	const char *why;
 	int rc;
 
 	switch (ns->rec.store_as) {
 	case KVFS_STORE_KV:
-		hc->keep_hidden = false;
+		hc->kv_from = 0;
 		return 0;
 	case KVFS_STORE_HIDDEN:
-		hc->keep_hidden = true;
-		if (!kvfs_hsched_hidden_smaller(g->hidden_size, g->n_kv_heads,
-						g->head_dim))
+		hc->kv_from = n;
+		if (!smaller)
 			kvfs_warn("ns %s: store_as = hidden although hidden "
 				  "states (%u per token) are not smaller than "
 				  "K+V (%u): they take more room",
-				  ns->rec.name, g->hidden_size,
-				  2 * g->n_kv_heads * g->head_dim);
+				  ns->rec.name, g->hidden_size, kv);
 		return 0;
 	case KVFS_STORE_AUTO:
 		break;
@@ -750,38 +1066,37 @@ static int hc_decide(struct kvfs_ns *ns)
 			 ns->rec.name, ns->rec.store_as);
 		return -EUCLEAN;
 	}
-	if (hc->planned)
-		plans[np++] = hc->plan[KVFS_TIER_DRAM];
-	if (hc->planned && hc->ssd_profiled)
-		plans[np++] = hc->plan[KVFS_TIER_SSD];
-	fl = calloc(g->n_layers, 1);
-	if (!fl)
-		return -ENOMEM;
-	rc = kvfs_hsched_store_auto(g->hidden_size, g->n_kv_heads,
-				    g->head_dim, plans, np, g->n_layers, fl);
-	if (rc)
-		goto out_free;
-	hc->keep_hidden = fl[0] & KVFS_HSCHED_STORE_HIDDEN;
-	for (uint32_t l = 0; l < g->n_layers; l++)
-		if ((fl[l] & KVFS_HSCHED_STORE_KV) && first_kv == g->n_layers)
-			first_kv = l;
-	if (!hc->keep_hidden)
+	if (cn->hc.kv_layers != KVFS_CONF_KV_LAYERS_SCHED && smaller &&
+	    cn->hc.kv_layers <= n) {
+		/* fs/conf.c checked the bounds and the sizes. */
+		hc->kv_from = n - cn->hc.kv_layers;
+		hc->kv_fixed = true;
+		why = "hcache_kv_layers";
+	} else {
+		rc = kvfs_hsched_split_auto(g->hidden_size, g->n_kv_heads,
+					    g->head_dim,
+					    ssd ? &hc->plan[KVFS_TIER_SSD] :
+						  NULL,
+					    n, &hc->kv_from);
+		if (rc)
+			return rc;
+		why = ssd ? "SSD plan" : "no SSD plan";
+	}
+	if (!smaller)
 		kvfs_info("ns %s: store_as = auto: hidden states (%u per "
 			  "token) are not smaller than K+V (%u): HIDDEN writes "
-			  "are stored as KV", ns->rec.name, g->hidden_size,
-			  2 * g->n_kv_heads * g->head_dim);
-	else if (first_kv < g->n_layers)
-		kvfs_info("ns %s: store_as = auto: hidden states for every "
-			  "layer; the schedule would also keep K and V of "
-			  "layers %u..%u, which kvfs does not do (one stored "
-			  "form per block): every layer is restored",
-			  ns->rec.name, first_kv, g->n_layers - 1);
+			  "are stored as KV", ns->rec.name, g->hidden_size, kv);
+	else if (!hc->kv_from)
+		kvfs_info("ns %s: store_as = auto keeps layers 0..%u as KV "
+			  "(%s)", ns->rec.name, n - 1, why);
+	else if (hc->kv_from == n)
+		kvfs_info("ns %s: store_as = auto keeps layers 0..%u as hidden "
+			  "states (%s)", ns->rec.name, n - 1, why);
 	else
-		kvfs_info("ns %s: store_as = auto: hidden states for every "
-			  "layer", ns->rec.name);
-out_free:
-	free(fl);
-	return rc;
+		kvfs_info("ns %s: store_as = auto keeps layers 0..%u as hidden "
+			  "states, %u..%u as KV (%s)", ns->rec.name,
+			  hc->kv_from - 1, hc->kv_from, n - 1, why);
+	return 0;
 }
 
 static const struct kvfs_conf_ns *conf_ns(struct kvfs_cache *c,
@@ -829,7 +1144,7 @@ static int hc_load(struct kvfs_cache *c, struct kvfs_ns *ns,
 	if (rc)
 		kvfs_warn("ns %s: hcache profiling failed (%s): no plan",
 			  ns->rec.name, strerror(-rc));
-	return hc_decide(ns);
+	return hc_decide(ns, cn);
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -931,6 +1246,7 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 
 #define CS(k, v) fprintf(f, "%s %" PRIu64 "\n", k, (uint64_t)(v))
 	CS("cache.hidden_blocks", atomic_load(&c->st_hidden_blocks));
+	CS("cache.mixed_blocks", atomic_load(&c->st_mixed_blocks));
 	CS("cache.hidden_stored_bytes", stored);
 	CS("cache.hidden_kv_bytes", kv);
 	fprintf(f, "cache.hidden_bytes_saved %" PRId64 "\n",
@@ -943,6 +1259,8 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 	CS("restore.private", atomic_load(&c->st_restore_private));
 	CS("restore.errors", atomic_load(&c->st_restore_errors));
 	CS("restore.commit_conversions", atomic_load(&c->st_converted));
+	CS("restore.commit_splits", atomic_load(&c->st_splits));
+	CS("restore.pipelined", atomic_load(&c->st_pipelined));
 	CS("restore.threads", c->rpool ? c->rpool->n_threads : 0);
 #undef CS
 	for (size_t i = 0; i < c->n_ns; i++) {
@@ -958,14 +1276,23 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 			   store_names[ns->rec.store_as] :
 			   "unknown");
 		NS("hidden_writes_kept_as", "%s",
-		   hc->keep_hidden ? "hidden" : "kv");
+		   hc->kv_from == ns->geom.n_layers ? "hidden" :
+		   hc->kv_from ? "mixed" : "kv");
+		NS("kv_from", "%u", hc->kv_from);
+		NS("kv_from_source", "%s",
+		   ns->rec.store_as != KVFS_STORE_AUTO ? "store_as" :
+		   hc->kv_fixed ? "hcache_kv_layers" :
+		   hc->planned && hc->ssd_profiled ? "ssd_plan" : "no_plan");
 		NS("weights", "%d", hc->rst ? 1 : 0);
 		NS("hidden_blocks", "%" PRIu64,
 		   (uint64_t)atomic_load(&hc->hidden_blocks));
 		NS("restored", "%" PRIu64,
 		   (uint64_t)atomic_load(&hc->restored));
+		NS("mixed_blocks", "%" PRIu64,
+		   (uint64_t)atomic_load(&hc->mixed_blocks));
 		NS("converted", "%" PRIu64,
 		   (uint64_t)atomic_load(&hc->converted));
+		NS("split", "%" PRIu64, (uint64_t)atomic_load(&hc->splits));
 		if (!hc->planned)
 			continue;
 		NS("profile.compute_ns", "%" PRIu64,

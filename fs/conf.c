@@ -48,9 +48,13 @@
  *                and store_as hidden|auto need weights; each rope_* key
  *                needs the scaling that uses it, and that scaling needs
  *                all of its keys (llama3: high > low).
+ *                hcache_kv_layers 0..layers: the last layers auto keeps
+ *                as K and V (default: the start-up schedule's); needs
+ *                store_as = auto and hidden states smaller than K+V.
  * Every non-namespace section may appear once; every key once per section.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -400,6 +404,9 @@ static const struct conf_key ns_keys[] = {
 	    1u << 30, false),
 	{ "store_as", set_store_as, offsetof(struct kvfs_conf_ns, hc.store_as),
 	  0, 0, 0, false },
+	/* the upper bound is layers, checked when the section ends */
+	U32("hcache_kv_layers", struct kvfs_conf_ns, hc.kv_layers, 0, 1024,
+	    false),
 	{ NULL },
 };
 #undef G
@@ -462,6 +469,7 @@ static int ns_begin(struct conf_state *st, const char *name)
 	st->ns->hc.rms_norm_eps = 1e-6;
 	st->ns->hc.rope_theta = 10000;
 	st->ns->hc.rope_type = KVFS_ROPE_DEFAULT;
+	st->ns->hc.kv_layers = KVFS_CONF_KV_LAYERS_SCHED;
 	return 0;
 }
 
@@ -476,6 +484,35 @@ static unsigned key_at(struct conf_state *st, const char *name)
 	return 0;
 }
 
+/* hcache_kv_layers only moves the split store_as = auto makes, and auto
+ * splits only where hidden states are the smaller form.
+ */
+static int ns_end_kv_layers(struct conf_state *st)
+{
+	const struct kvfs_conf_hcache *hc = &st->ns->hc;
+	const struct kvfs_geom *g = &st->ns->geom;
+	unsigned line = key_at(st, "hcache_kv_layers");
+	uint64_t kv = 2ull * g->n_kv_heads * g->head_dim;
+
+	if (!line)
+		return 0;
+	if (hc->store_as != KVFS_STORE_AUTO)
+		return fail(st, line,
+			    "[%s]: hcache_kv_layers needs store_as = auto",
+			    st->sec_name);
+	if (hc->kv_layers > g->n_layers)
+		return fail(st, line,
+			    "[%s]: hcache_kv_layers %u exceeds layers %u",
+			    st->sec_name, hc->kv_layers, g->n_layers);
+	if ((uint64_t)g->hidden_size >= kv)
+		return fail(st, line,
+			    "[%s]: hcache_kv_layers: hidden states (%u per "
+			    "token) are not smaller than K+V (%" PRIu64 "), so "
+			    "store_as = auto keeps every layer as K and V",
+			    st->sec_name, g->hidden_size, kv);
+	return 0;
+}
+
 /* The restoration keys hang together: each one needs what gives it a
  * meaning, so a key that would silently do nothing is an error.
  */
@@ -484,7 +521,7 @@ static int ns_end_hcache(struct conf_state *st)
 	static const char *const model_keys[] = {
 		"family", "rms_norm_eps", "rope_theta", "rope_scaling",
 		"rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-		"rope_orig_max_pos",
+		"rope_orig_max_pos", "hcache_kv_layers",
 	};
 	static const struct {
 		const char *key;
@@ -549,7 +586,7 @@ static int ns_end_hcache(struct conf_state *st)
 		return fail(st, key_at(st, "rope_high_freq_factor"),
 			    "[%s]: rope_high_freq_factor must exceed "
 			    "rope_low_freq_factor", st->sec_name);
-	return 0;
+	return ns_end_kv_layers(st);
 }
 
 static int ns_end(struct conf_state *st)

@@ -45,7 +45,13 @@ struct kvfs_conf_hcache {
 	double rope_high_freq_factor; /* llama3 */
 	uint32_t rope_orig_max_pos;   /* llama3 */
 	uint32_t store_as;            /* enum kvfs_conf_store_as (kv) */
+	/* hcache_kv_layers: how many last layers store_as = auto keeps as
+	 * K and V, in place of the start-up schedule's choice;
+	 * KVFS_CONF_KV_LAYERS_SCHED when not set.
+	 */
+	uint32_t kv_layers;
 };
+#define KVFS_CONF_KV_LAYERS_SCHED UINT32_MAX
 
 struct kvfs_conf_ns {
 	char name[KVFS_NS_NAME_MAX];

@@ -919,11 +919,24 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 		return snprintf(v, len, "%u", bi.category);
 	if (!strcmp(name, "leases"))
 		return snprintf(v, len, "%u", bi.leases);
-	/* What the store keeps; reads always see the KV-kind file. */
-	if (!strcmp(name, "stored_as"))
+	/* What the store keeps; reads always see the KV-kind file.  A split
+	 * block names its layer ranges, both inclusive:
+	 * "hidden:0-30,kv:31-31".
+	 */
+	if (!strcmp(name, "stored_as")) {
+		if (bi.stored_kind == KVFS_KIND_MIXED)
+			return snprintf(v, len, "hidden:0-%u,kv:%u-%u",
+					bi.stored_kv_from - 1,
+					bi.stored_kv_from, bi.n_layers - 1);
 		return snprintf(v, len, "%s",
 				bi.stored_kind == KVFS_KIND_HIDDEN ? "hidden" :
 								     "kv");
+	}
+	/* The stored image's bytes (what the SSD holds; the file's size is
+	 * the KV-kind file's).
+	 */
+	if (!strcmp(name, "stored_bytes"))
+		return snprintf(v, len, "%" PRIu64, bi.stored_size);
 	if (!strcmp(name, "pin")) {
 		if (!bi.pins)
 			return -ENODATA;
@@ -934,7 +947,7 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 
 static const char *const block_xattrs[] = {
 	"tier", "tokens", "parent", "hits", "last_access", "depth",
-	"durable", "category", "leases", "pin", "stored_as",
+	"durable", "category", "leases", "pin", "stored_as", "stored_bytes",
 };
 
 static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,

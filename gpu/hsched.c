@@ -121,32 +121,23 @@ bool kvfs_hsched_hidden_smaller(uint32_t hidden_size, uint32_t n_kv_heads,
 	return (uint64_t)hidden_size < 2ull * n_kv_heads * head_dim;
 }
 
-int kvfs_hsched_store_auto(uint32_t hidden_size, uint32_t n_kv_heads,
+int kvfs_hsched_split_auto(uint32_t hidden_size, uint32_t n_kv_heads,
 			   uint32_t head_dim,
-			   const struct kvfs_hsched_plan *plans, size_t n_plans,
-			   uint32_t n_layers, uint8_t *flags)
+			   const struct kvfs_hsched_plan *plan,
+			   uint32_t n_layers, uint32_t *kv_from)
 {
-	bool hidden = kvfs_hsched_hidden_smaller(hidden_size, n_kv_heads,
-						 head_dim);
-
-	if (!flags || (n_plans && !plans))
+	if (!kv_from || !n_layers)
 		return -EINVAL;
-	for (size_t i = 0; i < n_plans; i++) {
-		if (plans[i].n_layers != n_layers) {
-			kvfs_err("hsched: plan for %u layers used for %u",
-				 plans[i].n_layers, n_layers);
-			return -EINVAL;
-		}
+	if (plan && plan->n_layers != n_layers) {
+		kvfs_err("hsched: plan for %u layers used for %u",
+			 plan->n_layers, n_layers);
+		return -EINVAL;
 	}
-	for (uint32_t l = 0; l < n_layers; l++) {
-		if (!hidden) {
-			flags[l] = KVFS_HSCHED_STORE_KV;
-			continue;
-		}
-		flags[l] = KVFS_HSCHED_STORE_HIDDEN;
-		for (size_t i = 0; i < n_plans; i++)
-			if (kvfs_hsched_layer(&plans[i], l) == KVFS_HSCHED_KV)
-				flags[l] |= KVFS_HSCHED_STORE_KV;
-	}
+	if (!kvfs_hsched_hidden_smaller(hidden_size, n_kv_heads, head_dim))
+		*kv_from = 0;
+	else if (!plan)
+		*kv_from = n_layers;
+	else
+		*kv_from = plan->n_recompute + plan->n_hidden;
 	return 0;
 }

@@ -110,28 +110,26 @@ int kvfs_hsched_layer(const struct kvfs_hsched_plan *plan, uint32_t layer);
 bool kvfs_hsched_hidden_smaller(uint32_t hidden_size, uint32_t n_kv_heads,
 				uint32_t head_dim);
 
-enum kvfs_hsched_store {
-	KVFS_HSCHED_STORE_HIDDEN = 1 << 0,
-	KVFS_HSCHED_STORE_KV = 1 << 1,
-};
-
 /*
- * kvfs_hsched_store_auto() - what store_as = auto keeps, per layer.
- * @plans, @n_plans: the schedules of every tier the block may be read
- *                   from (may be 0 plans).
- * @flags:           out, @n_layers entries of enum kvfs_hsched_store.
+ * kvfs_hsched_split_auto() - the per-layer split store_as = auto stores:
+ * layers [0, *kv_from) as hidden states, [*kv_from, n_layers) as K and V
+ * only (each layer in one form, as in the paper, so a block never takes
+ * more room than its KV form).
+ * @plan:     the schedule of the tier blocks are kept on for the long term
+ *            (the daemon passes its SSD plan), or NULL when there is none.
+ * @kv_from:  out.
  *
- * When the hidden form is not smaller, every layer is KV only.  Otherwise
- * every layer keeps its hidden state (the schedule differs per tier and
- * changes when a block moves) and a layer that any plan loads as KV also
- * keeps its KV form.  Recomputed layers need nothing beyond the tokens the
- * block already holds, but keep their hidden state so that a tier without
- * a recompute path can still restore them.
- * Returns 0, or -EINVAL when a plan covers a different layer count.
+ * When the hidden form is not smaller (kvfs_hsched_hidden_smaller()),
+ * *kv_from is 0: every layer is KV.  Otherwise it is the plan's first KV
+ * layer, n_recompute + n_hidden (recomputed layers keep their hidden state
+ * so that a tier without a recompute path can still restore them), or
+ * @n_layers without a plan.
+ * Returns 0, or -EINVAL (NULL @kv_from, @n_layers 0, or a plan for a
+ * different layer count; logged).
  */
-int kvfs_hsched_store_auto(uint32_t hidden_size, uint32_t n_kv_heads,
+int kvfs_hsched_split_auto(uint32_t hidden_size, uint32_t n_kv_heads,
 			   uint32_t head_dim,
-			   const struct kvfs_hsched_plan *plans, size_t n_plans,
-			   uint32_t n_layers, uint8_t *flags);
+			   const struct kvfs_hsched_plan *plan,
+			   uint32_t n_layers, uint32_t *kv_from);
 
 #endif

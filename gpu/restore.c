@@ -1029,6 +1029,66 @@ int kvfs_restore_block(const struct kvfs_restore *r,
 	return ret;
 }
 
+int kvfs_restore_split(const struct kvfs_restore *r,
+		       struct kvfs_restore_ws *ws,
+		       const struct kvfs_restore_split_io *io)
+{
+	struct kvfs_restore_ws *tmp = NULL;
+	const uint8_t *src;
+	uint8_t *dst;
+	uint64_t hl, kl, n;
+	int ret;
+
+	if (!r || !io || !io->src || !io->dst)
+		return -EINVAL;
+	ret = check_args(r, io->dtype, io->start_pos, io->n_tokens,
+			 io->chunk_tokens, io->dtype);
+	if (ret)
+		return ret;
+	n = r->m.n_layers;
+	if (io->src_kv_from > n || io->dst_kv_from > io->src_kv_from)
+		return args_bad("split layers out of order or out of range");
+	hl = kvfs_restore_hidden_layer_bytes(&r->m, io->n_tokens,
+					     io->chunk_tokens, io->dtype);
+	kl = kvfs_restore_kv_layer_bytes(&r->m, io->n_tokens,
+					 io->chunk_tokens, io->dtype);
+	/* As in kvfs_restore_block(): n <= 4096 layers. */
+	if (hl > UINT64_MAX / n || kl > UINT64_MAX / n)
+		return args_bad("payload size overflows");
+	if (io->src_len != hl * io->src_kv_from + kl * (n - io->src_kv_from))
+		return args_bad("source payload length does not match the "
+				"geometry");
+	if (io->dst_len != hl * io->dst_kv_from + kl * (n - io->dst_kv_from))
+		return args_bad("destination payload length does not match "
+				"the geometry");
+	src = io->src;
+	dst = io->dst;
+	/* Hidden layers both forms keep, then those restored, then the KV
+	 * layers both keep: the offsets advance by each layer's form.
+	 */
+	memcpy(dst, src, hl * io->dst_kv_from);
+	src += hl * io->dst_kv_from;
+	dst += hl * io->dst_kv_from;
+	if (io->dst_kv_from < io->src_kv_from && !ws) {
+		ret = kvfs_restore_ws_alloc(&tmp);
+		if (ret)
+			return ret;
+		ws = tmp;
+	}
+	for (uint32_t l = io->dst_kv_from; l < io->src_kv_from; l++) {
+		ret = do_layer(r, ws, l, src, io->dtype, io->start_pos,
+			       io->n_tokens, io->chunk_tokens, dst, io->dtype);
+		if (ret)
+			goto out_free_ws;
+		src += hl;
+		dst += kl;
+	}
+	memcpy(dst, src, kl * (n - io->src_kv_from));
+out_free_ws:
+	kvfs_restore_ws_free(tmp);
+	return ret;
+}
+
 void kvfs_restore_set_blas_threads(int n)
 {
 	if (n <= 0) {

@@ -227,6 +227,37 @@ int kvfs_restore_block(const struct kvfs_restore *r,
 		       struct kvfs_restore_ws *ws,
 		       const struct kvfs_restore_io *io);
 
+/* Split-layout restoration, see kvfs_restore_split(). */
+struct kvfs_restore_split_io {
+	const void *src;        /* payload of split @src_kv_from */
+	uint64_t src_len;       /* exactly its length */
+	uint32_t src_kv_from;   /* layers below it are hidden states */
+	void *dst;              /* payload of split @dst_kv_from */
+	uint64_t dst_len;       /* exactly its length */
+	uint32_t dst_kv_from;   /* <= src_kv_from */
+	uint16_t dtype;         /* of both payloads, hidden and KV layers */
+	uint64_t start_pos;
+	uint32_t n_tokens;
+	uint32_t chunk_tokens;
+};
+
+/*
+ * kvfs_restore_split() - turn a payload of one split layout (meta/fmt.h:
+ * layers [0, kv_from) as hidden-state rows, the rest as K and V, each
+ * layer's bytes following the last's) into another with fewer hidden
+ * layers: layers below @io->dst_kv_from are copied as hidden states,
+ * layers [dst_kv_from, src_kv_from) are restored, and layers from
+ * src_kv_from on are copied as K and V.  dst_kv_from 0 gives the KV
+ * payload (a read of a HIDDEN or MIXED block); src_kv_from n_layers is a
+ * HIDDEN payload (a HIDDEN write stored MIXED).  @src and @dst must not
+ * overlap.  Same rules and returns as kvfs_restore_layer(); -EINVAL also
+ * when dst_kv_from > src_kv_from, src_kv_from > n_layers, or a length
+ * does not match exactly.
+ */
+int kvfs_restore_split(const struct kvfs_restore *r,
+		       struct kvfs_restore_ws *ws,
+		       const struct kvfs_restore_split_io *io);
+
 /* Set OpenBLAS's worker count (process-wide).  @n <= 0 picks
  * min(online CPUs, 4).  Restoration threads running in parallel should
  * each get few BLAS threads; 1 when there are as many restoration threads

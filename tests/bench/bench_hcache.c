@@ -14,6 +14,11 @@
  *       then restore) against an O_DIRECT read of the KV image;
  *       The per-layer times of [9] also feed the daemon's schedule
  *       (kvfs_hsched_plan) for a 32-layer model, printed as information;
+ *   [9c] the same block restored from the SSD by the daemon's own code
+ *       (kvfs_cache_restore_stream() over the SSD tier, io_uring and
+ *       O_DIRECT): pipelined, each layer projected as soon as it arrives
+ *       while later layers stream, against reading the whole image,
+ *       verifying it, then restoring; samples alternating;
  *   [10] bytes stored per token, hidden against KV, both geometries, bf16
  *       (arithmetic, no measurement).
  *
@@ -35,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
+#include "cache/tier.h"
 #include "gpu/hsched.h"
 #include "gpu/restore.h"
 #include "meta/fmt.h"
@@ -434,6 +441,109 @@ out_free:
 	free(t3);
 }
 
+/* [9c]: SSD_COPIES HIDDEN block files in extents of an SSD tier over a
+ * file under @dir, restored by kvfs_cache_restore_stream() pipelined and
+ * whole-read-then-restore, alternately, at rotating extents.
+ */
+static void fig_block_stream(struct model *md, struct blk *b,
+			     struct kvfs_restore_ws *ws, const char *dir,
+			     int iters, const char *summ)
+{
+	struct kvfs_geom g = {
+		.n_layers = md->m.n_layers, .n_kv_heads = md->kvh,
+		.head_dim = HEAD_DIM, .hidden_size = HIDDEN,
+		.block_tokens = BLOCK_TOKENS, .chunk_tokens = 16,
+		.dtype = KVFS_DTYPE_BF16,
+	};
+	uint64_t hs = kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, b->n);
+	uint64_t ks = kvfs_fmt_file_size(&g, KVFS_KIND_KV, b->n);
+	uint64_t al = (hs + 4095) / 4096 * 4096;
+	uint64_t fsz = 4096 + SSD_COPIES * al;
+	double *tp = calloc((size_t)iters, sizeof(double));
+	double *tw = calloc((size_t)iters, sizeof(double));
+	struct kvfs_extent e[SSD_COPIES];
+	struct kvfs_tier *ssd = NULL;
+	struct kvfs_restore_stream rs;
+	uint8_t root[16], parent[16], hdr[KVFS_FMT_HDR_SIZE];
+	uint8_t *img = aligned_alloc(4096, al), *dst = aligned_alloc(4096, ks);
+	uint32_t tok[BLOCK_TOKENS];
+	char path[4096];
+	int fd, rc = -1;
+
+	snprintf(path, sizeof(path), "%s/bench-hcache-stream.data", dir);
+	if (!tp || !tw || !img || !dst)
+		goto out_free;
+	for (int i = 0; i < 16; i++) {
+		root[i] = (uint8_t)(0x10 + i);
+		parent[i] = (uint8_t)(0x80 + i);
+	}
+	for (uint32_t i = 0; i < b->n; i++)
+		tok[i] = 1000 + i;
+	memset(img, 0, al);
+	if (kvfs_fmt_build(&g, KVFS_KIND_HIDDEN, parent, 4096, tok, b->n,
+			   b->h, img, hs))
+		goto out_free;
+	memcpy(hdr, img, sizeof(hdr));
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto out_free;
+	rc = ftruncate(fd, (off_t)fsz);
+	close(fd);
+	if (rc || kvfs_tier_ssd_init(path, 4096, fsz, 1, KVFS_SSD_NOSYNC,
+				     &ssd))
+		goto out_unlink;
+	for (int i = 0; i < SSD_COPIES; i++)
+		if (ssd->ops->alloc(ssd, al, &e[i]) ||
+		    ssd->ops->write(ssd, &e[i], 0, img, al))
+			goto out_unlink;
+	memset(&rs, 0, sizeof(rs));
+	rs.ssd = ssd;
+	rs.g = &g;
+	rs.rst = md->r;
+	rs.ws = ws;
+	rs.n_tokens = b->n;
+	rs.kv_from = g.n_layers;
+	rs.start_pos = 4096;
+	rs.hdr_crc = (uint32_t)hdr[84] | (uint32_t)hdr[85] << 8 |
+		     (uint32_t)hdr[86] << 16 | (uint32_t)hdr[87] << 24;
+	rs.key = hdr + 64;
+	rs.root = root;
+	rs.img = img;
+	rs.dst = dst;
+	rs.dst_len = ks;
+	for (int i = -1; i < iters; i++) {
+		for (int w = 0; w < 2; w++) {
+			uint64_t t0 = now_ns();
+
+			rs.ext = &e[(2 * (i + 1) + w) % SSD_COPIES];
+			rs.flags = w ? KVFS_RS_WHOLE : 0;
+			rc = kvfs_cache_restore_stream(&rs);
+			if (rc)
+				goto out_unlink;
+			if (i >= 0)
+				(w ? tw : tp)[i] = (double)(now_ns() - t0) *
+						   1e-9;
+		}
+	}
+	printf("  SSD, the daemon's restore (%u layers, %llu KiB stored): "
+	       "pipelined %.3f ms, whole read then restore %.3f ms\n",
+	       g.n_layers, (unsigned long long)(hs >> 10),
+	       median(tp, iters) * 1e3, median(tw, iters) * 1e3);
+	summary(summ, "[9c] SSD restore pipelined/whole",
+		b->n / median(tp, iters), b->n / median(tw, iters), "tok/s");
+out_unlink:
+	if (rc)
+		printf("    (no figure: the SSD tier over %s failed: %d)\n",
+		       path, rc);
+	kvfs_tier_free(ssd);
+	unlink(path);
+out_free:
+	free(img);
+	free(dst);
+	free(tp);
+	free(tw);
+}
+
 /* [10]: bytes per token of each form, bf16, and of a 16-token block file
  * (header and token ids included).
  */
@@ -529,6 +639,7 @@ int main(int argc, char **argv)
 	} else {
 		fig_block_dram(&mha, &b, ws, iters, summ, &prof);
 		fig_block_ssd(&mha, &b, ws, dir, iters, summ, &prof);
+		fig_block_stream(&mha, &b, ws, dir, iters, summ);
 		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
 			struct kvfs_hsched_plan p;
 

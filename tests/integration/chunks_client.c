@@ -4,6 +4,9 @@
  *
  *   chunks_client write MNT     write the test prefixes (then remount)
  *   chunks_client check MNT     the checks, on SSD-only blocks
+ *   chunks_client hsetup DIR    write the checkpoint of hid and hmix
+ *   chunks_client hwrite MNT    write their prefixes as HIDDEN blocks
+ *   chunks_client hcheck MNT    FETCH_CHUNKS and SCORES on them (SSD-only)
  *
  * Namespaces (set up by the script), all with 4 layers, 2 KV heads,
  * head_dim 128, 64-token blocks of 16-token chunks: c16 (bf16), h16
@@ -32,8 +35,10 @@
 #include <cmocka.h>
 
 #include "fs/kvfs_ctl.h"
+#include "gpu/restore.h"
 #include "meta/fmt.h"
 #include "shm_region_i.h"
+#include "tests/unit/ckpt_ref_i.h"
 
 #define NBLK 3
 #define NCHUNK 11
@@ -401,6 +406,239 @@ static void test_bad_input(void **state)
 	close(fd);
 }
 
+/* ------------------------------------------- blocks stored as hidden states */
+
+/*
+ * Two namespaces with a checkpoint (tiny Llama MHA, F32 weights; 4 layers,
+ * hidden 256, 4 KV heads of 64, bf16): hid keeps HIDDEN writes as hidden
+ * states, hmix splits them (layers 0-1 hidden states, 2-3 K and V: kind
+ * MIXED). Each holds a 64 + 64 + 40-token prefix written as HIDDEN blocks.
+ * A KV chunk is 16 KiB, a chunk of hidden-state rows 8 KiB.
+ */
+#define HNS 2
+static struct prefix hp[HNS];
+static const uint32_t hkv_from[HNS] = { 4, 2 };
+
+static const struct spec hspec = {
+	.family = KVFS_FAMILY_LLAMA, .L = 4, .hidden = 256, .kvh = 4, .hd = 64,
+	.wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5,
+};
+
+static int hsetup(const char *dir)
+{
+	struct refmodel rm;
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	make_model(&rm, &hspec, 5);
+	write_checkpoint(path, rm.t, rm.nt);
+	free_model(&rm);
+	return 0;
+}
+
+/* The keys of namespace @p's prefix, and with @rm its HIDDEN blocks
+ * written through the mount.
+ */
+static void hprefix_make(struct prefix *p, const char *ns, int seed,
+			 const struct refmodel *rm)
+{
+	uint8_t parent[16];
+	char path[4200], hex[33], v[64];
+	uint64_t off, len;
+
+	p->ns = ns;
+	p->g = (struct kvfs_geom){ .n_layers = 4, .n_kv_heads = 4,
+				   .head_dim = 64, .hidden_size = 256,
+				   .block_tokens = 64, .chunk_tokens = 16,
+				   .dtype = KVFS_DTYPE_BF16 };
+	snprintf(path, sizeof(path), "%s/%s", mnt, ns);
+	assert_int_equal(getxattr(path, "user.kvfs.root", v, 32), 32);
+	v[32] = 0;
+	assert_int_equal(kvfs_fmt_key_parse(v, parent), 0);
+	for (int i = 0; i < NBLK; i++) {
+		uint32_t tok[64], n = i < NBLK - 1 ? 64 : 40;
+		uint64_t size = kvfs_fmt_file_size(&p->g, KVFS_KIND_HIDDEN, n);
+		uint8_t *img = malloc(size);
+		struct block hb;
+
+		assert_non_null(img);
+		for (uint32_t t = 0; t < n; t++)
+			tok[t] = (uint32_t)(seed * 1000 + i * 64 + t);
+		if (rm)
+			make_block(&hb, rm, KVFS_DTYPE_BF16, n, 16,
+				   (uint64_t)i * 64);
+		assert_int_equal(kvfs_fmt_build(&p->g, KVFS_KIND_HIDDEN,
+						parent, (uint64_t)i * 64, tok,
+						n, rm ? hb.hidden : NULL, img,
+						size),
+				 0);
+		p->ntok[i] = n;
+		memcpy(p->key[i], img + 64, 16);
+		memcpy(parent, p->key[i], 16);
+		if (rm) {
+			kvfs_fmt_key_hex(p->key[i], hex);
+			snprintf(path, sizeof(path), "%s/%s/%s.kv", mnt, ns,
+				 hex);
+			int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+
+			assert_true(fd >= 0);
+			assert_int_equal(write(fd, img, size), (ssize_t)size);
+			assert_int_equal(fsync(fd), 0);
+			assert_int_equal(close(fd), 0);
+			free_block(&hb);
+		}
+		free(img);
+	}
+	assert_int_equal(kvfs_fmt_chunk_range(&p->g, 64, 0, 0, &off, &len), 0);
+	p->cb = len;
+}
+
+static int hwrite(void)
+{
+	struct refmodel rm;
+
+	make_model(&rm, &hspec, 5);
+	hprefix_make(&hp[0], "hid", 30, &rm);
+	hprefix_make(&hp[1], "hmix", 31, &rm);
+	free_model(&rm);
+	return 0;
+}
+
+/* The whole file of block @i, as read() returns it, into p->img[i]. */
+static void hread_file(struct prefix *p, int i)
+{
+	uint64_t size = kvfs_fmt_file_size(&p->g, KVFS_KIND_KV, p->ntok[i]);
+	char path[4200], hex[33];
+	struct stat st;
+	int fd;
+
+	kvfs_fmt_key_hex(p->key[i], hex);
+	snprintf(path, sizeof(path), "%s/%s/%s.kv", mnt, p->ns, hex);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, size);
+	free(p->img[i]);
+	p->img[i] = malloc(size);
+	assert_non_null(p->img[i]);
+	assert_int_equal(pread(fd, p->img[i], size, 0), (ssize_t)size);
+	close(fd);
+}
+
+/*
+ * FETCH_CHUNKS of SSD-only hidden and split blocks: stored K and V come
+ * back exactly as a full read has them, projected chunks within the
+ * restoration tolerance of it (both are within tolerance of the true K
+ * and V), reading half the bytes; once the full read has restored a block
+ * into DRAM, every chunk is exactly the file's.
+ */
+static void test_hidden_fetch(void **state)
+{
+	int fd = ctl_open();
+	const uint32_t all[NCHUNK] = { 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+	const uint32_t some[] = { 9, 2, 10 };
+	const uint32_t one = 5;
+
+	(void)state;
+	for (int k = 0; k < HNS; k++) {
+		struct prefix *p = &hp[k];
+		uint64_t len = 4ull * NCHUNK * p->cb;
+		struct kvfs_ctl_msg m;
+		uint8_t *got = malloc(len);
+
+		assert_non_null(got);
+		/* One chunk of a hidden layer: 8 KiB read for 16 KiB. */
+		chunks_req(&m, p, 0, 1, &one, 1, 0);
+		assert_int_equal(call(fd, &m), 0);
+		assert_int_equal(m.resp.bytes_wanted, p->cb);
+		assert_int_equal(m.resp.bytes_read, p->cb / 2);
+		/* Every chunk of every layer, from the SSD. */
+		chunks_req(&m, p, 0, 4, all, NCHUNK, 0);
+		assert_int_equal(call(fd, &m), 0);
+		assert_int_equal(*(uint32_t *)sync_w.p, 4);
+		assert_int_equal(m.resp.bytes_wanted, len);
+		assert_true(m.resp.bytes_read < len);
+		memcpy(got, peer.p, len);
+		for (int i = 0; i < NBLK; i++)
+			hread_file(p, i);
+		for (uint32_t l = 0; l < 4; l++)
+			for (uint32_t c = 0; c < NCHUNK; c++) {
+				const uint8_t *g = got +
+						   ((uint64_t)l * NCHUNK + c) *
+							   p->cb;
+				const uint8_t *w = expect(p, l, all[c]);
+
+				if (l >= hkv_from[k]) {
+					assert_memory_equal(g, w, p->cb);
+					continue;
+				}
+				for (uint64_t e = 0; e < p->cb / 2; e++) {
+					double a = dec(KVFS_DTYPE_BF16, g, e);
+					double b = dec(KVFS_DTYPE_BF16, w, e);
+
+					assert_true(fabs(a - b) <=
+						    2 * tol(KVFS_DTYPE_BF16,
+							    b));
+				}
+			}
+		/* Restored into DRAM by the reads: the file's bytes, from
+		 * the block's copy, whatever the chunk cache holds.
+		 */
+		struct kvfs_ctl_resp r = fetch_check(fd, p, 0, 4, all, NCHUNK,
+						     0);
+
+		assert_int_equal(r.mem_hits, 4 * NCHUNK);
+		assert_int_equal(r.bytes_read, 0);
+		fetch_check(fd, p, 1, 2, some, 3, 0);
+		free(got);
+	}
+	close(fd);
+}
+
+/* SCORES on a hidden block's chunks. */
+static void test_hidden_scores(void **state)
+{
+	struct kvfs_ctl_msg m;
+	uint8_t *a = m.bytes + sizeof(m.req);
+	int fd = ctl_open();
+	const uint32_t ch[] = { 0, 10 };
+	const float sc[] = { 0.5f, 1.5f };
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	m.req.magic = KVFS_CTL_MAGIC;
+	m.req.abi = KVFS_CTL_ABI;
+	m.req.op = KVFS_CTL_SCORES;
+	snprintf(m.req.ns, sizeof(m.req.ns), "%s", hp[0].ns);
+	m.req.n_keys = NBLK;
+	memcpy(a, hp[0].key, 16 * NBLK);
+	m.req.n_chunks = 2;
+	m.req.n_scores = 2;
+	memcpy(a + 16 * NBLK, ch, 8);
+	memcpy(a + 16 * NBLK + 8, sc, 8);
+	m.req.size = (uint32_t)(sizeof(m.req) + 16 * NBLK + 16);
+	assert_int_equal(call(fd, &m), 0);
+	close(fd);
+}
+
+static int hcheck(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hidden_fetch),
+		cmocka_unit_test(test_hidden_scores),
+	};
+	int rc;
+
+	hprefix_make(&hp[0], "hid", 30, NULL);
+	hprefix_make(&hp[1], "hmix", 31, NULL);
+	shm_make(&peer, "chunks-hpeer", 4 * NCHUNK * 64 * 1024);
+	shm_make(&sync_w, "chunks-hsync", 4096);
+	rc = cmocka_run_group_tests_name("hidden", tests, NULL, NULL);
+	shm_drop(&peer);
+	shm_drop(&sync_w);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -416,9 +654,15 @@ int main(int argc, char **argv)
 
 	if (argc != 3)
 		return 2;
+	if (!strcmp(argv[1], "hsetup"))
+		return hsetup(argv[2]);
 	write_files = !strcmp(argv[1], "write");
 	mnt = argv[2];
 	snprintf(ctl_path, sizeof(ctl_path), "%s/.kvfs/ctl", mnt);
+	if (!strcmp(argv[1], "hwrite"))
+		return hwrite();
+	if (!strcmp(argv[1], "hcheck"))
+		return hcheck();
 	geom_of(&pf[0], "c16", KVFS_DTYPE_BF16);
 	geom_of(&pf[1], "h16", KVFS_DTYPE_F16);
 	geom_of(&pf[2], "f32", KVFS_DTYPE_F32);

@@ -12,13 +12,19 @@
  *                                  FETCH into the pool, PREFETCH (on
  *                                  blocks not read since the mount)
  *   hcache_client stats MNT        the counters after all of that
+ *   hcache_client crash-write MNT  write one more chain to lmix (the test
+ *                                  then kills the daemon with -9)
+ *   hcache_client crash-check MNT  read it back after the restart
  *
  * Models (weights generated from a seeded PRNG, values exact in their
  * dtype): a Llama MHA model with F32 weights, a Llama MHA model with BF16
  * weights and llama3 RoPE scaling, and a Qwen2 GQA model with K/V biases.
- * Namespaces: lf32 (f32 blocks, store_as hidden), lbf16 (bf16, auto: MHA
- * keeps hidden states), q2 (bf16, auto: GQA stores KV), q2h (bf16, hidden
- * although GQA), lkv (bf16, kv: converted at commit), plain (no weights).
+ * Namespaces: lf32 (f32 blocks, store_as hidden), lbf16 (bf16, auto with
+ * hcache_kv_layers = 0: MHA keeps hidden states), q2 (bf16, auto: GQA
+ * stores KV), q2h (bf16, hidden although GQA), lkv (bf16, kv: converted
+ * at commit), lmix (f32, auto with hcache_kv_layers = 1: layers 0-1
+ * stored as hidden states, layer 2 as K and V, a MIXED block), plain (no
+ * weights).
  * Each holds one chain of 4 blocks of 16-token blocks in 4-token chunks:
  * start positions 0, 16, 32, 48, the last block 11 tokens (a partial
  * last chunk).
@@ -97,14 +103,24 @@ struct nspec {
 	const char *store_as;  /* NULL: not set */
 	const char *stored;    /* what user.kvfs.stored_as must say */
 	uint64_t seed;
+	int kv_layers;         /* hcache_kv_layers; -1: not set */
+	uint32_t kv_from;      /* the stored split: layers below are hidden */
 };
 
 static const struct nspec nss[] = {
-	{ "lf32", 0, KVFS_DTYPE_F32, "hidden", "hidden", 101 },
-	{ "lbf16", 1, KVFS_DTYPE_BF16, "auto", "hidden", 102 },
-	{ "q2", 2, KVFS_DTYPE_BF16, "auto", "kv", 103 },
-	{ "q2h", 2, KVFS_DTYPE_BF16, "hidden", "hidden", 104 },
-	{ "lkv", 0, KVFS_DTYPE_BF16, "kv", "kv", 105 },
+	{ "lf32", 0, KVFS_DTYPE_F32, "hidden", "hidden", 101, -1, 3 },
+	/* The start-up profile of these tiny models is noise: the split is
+	 * fixed so that the outcome does not depend on it.
+	 */
+	{ "lbf16", 1, KVFS_DTYPE_BF16, "auto", "hidden", 102, 0, 2 },
+	{ "q2", 2, KVFS_DTYPE_BF16, "auto", "kv", 103, -1, 0 },
+	{ "q2h", 2, KVFS_DTYPE_BF16, "hidden", "hidden", 104, -1, 2 },
+	{ "lkv", 0, KVFS_DTYPE_BF16, "kv", "kv", 105, -1, 0 },
+	{ "lmix", 0, KVFS_DTYPE_F32, "auto", "hidden:0-1,kv:2-2", 106, 1, 2 },
+};
+/* Another chain in lmix, written just before a kill -9. */
+static const struct nspec crash_ns = {
+	"lmix", 0, KVFS_DTYPE_F32, "auto", "hidden:0-1,kv:2-2", 107, 1, 2
 };
 #define NNS (sizeof(nss) / sizeof(nss[0]))
 static const uint32_t ntok[NBLK] = { 16, 16, 16, 11 };
@@ -594,6 +610,7 @@ static uint64_t stat_u64(const char *key)
 static void test_write_hidden(void **state)
 {
 	uint64_t conv = stat_u64("restore.commit_conversions");
+	uint64_t splits = stat_u64("restore.commit_splits");
 	char path[4200];
 
 	for (size_t n = 0; n < NNS; n++) {
@@ -610,7 +627,13 @@ static void test_write_hidden(void **state)
 	}
 	/* q2 (auto, GQA) and lkv (kv) restored their blocks at commit */
 	assert_int_equal(stat_u64("restore.commit_conversions"), conv + 8);
-	assert_int_equal(stat_u64("cache.hidden_blocks"), 12);
+	/* lmix restored layer 2 of its blocks at commit */
+	assert_int_equal(stat_u64("restore.commit_splits"), splits + 4);
+	assert_int_equal(stat_u64("ns.lmix.hcache.split"), 4);
+	assert_int_equal(stat_u64("ns.lmix.hcache.kv_from"), 2);
+	/* lf32, lbf16, q2h hidden; lmix mixed */
+	assert_int_equal(stat_u64("cache.hidden_blocks"), 16);
+	assert_int_equal(stat_u64("cache.mixed_blocks"), 4);
 }
 
 /* kvfs cannot invert the projection: KV stays KV. */
@@ -746,9 +769,15 @@ static void check_image(const struct chain *c, int i, const uint8_t *img,
 	check_values(c, i, img);
 }
 
+/* The bytes a block of @c's namespace with @n tokens is stored in. */
+static uint64_t stored_size(const struct chain *c, uint32_t n)
+{
+	return kvfs_fmt_split_file_size(&c->g, n, c->ns->kv_from);
+}
+
 static void check_ns(const struct nspec *ns)
 {
-	char path[4200], v[16];
+	char path[4200], v[64];
 	struct chain c;
 	struct stat st;
 
@@ -769,6 +798,11 @@ static void check_ns(const struct nspec *ns)
 		assert_true(getxattr(path, "user.kvfs.stored_as", v,
 				     sizeof(v) - 1) > 0);
 		assert_string_equal(v, ns->stored);
+		memset(v, 0, sizeof(v));
+		assert_true(getxattr(path, "user.kvfs.stored_bytes", v,
+				     sizeof(v) - 1) > 0);
+		assert_int_equal(strtoull(v, NULL, 10),
+				 stored_size(&c, ntok[i]));
 		img = get_file(path, &len);
 		check_image(&c, i, img, len);
 		/* mmap serves the same bytes */
@@ -789,6 +823,21 @@ static void test_check_lbf16(void **state) { check_ns(&nss[1]); }
 static void test_check_q2(void **state) { check_ns(&nss[2]); }
 static void test_check_q2h(void **state) { check_ns(&nss[3]); }
 static void test_check_lkv(void **state) { check_ns(&nss[4]); }
+static void test_check_lmix(void **state) { check_ns(&nss[5]); }
+
+/* A MIXED block is smaller than its KV file, larger than its HIDDEN
+ * one, and its split is the one configured.
+ */
+static void test_mixed_sizes(void **state)
+{
+	struct kvfs_geom g = geom_of(&models[0], KVFS_DTYPE_F32);
+	uint64_t m = kvfs_fmt_split_file_size(&g, ntok[3], 2);
+
+	assert_true(m > kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, ntok[3]));
+	assert_true(m < kvfs_fmt_file_size(&g, KVFS_KIND_KV, ntok[3]));
+	assert_int_equal(models[0].L - (uint32_t)nss[5].kv_layers,
+			 nss[5].kv_from);
+}
 
 static void test_check_kv_block(void **state)
 {
@@ -974,12 +1023,63 @@ static void test_prefetch_then_read(void **state)
 	chain_free(&c);
 }
 
+/* ------------------------------------------------------------ crash mode */
+
+static void test_crash_write(void **state)
+{
+	uint64_t splits = stat_u64("restore.commit_splits");
+	char path[4200];
+	struct chain c;
+
+	chain_make(&c, &crash_ns);
+	for (int i = 0; i < NBLK; i++) {
+		block_path(path, sizeof(path), crash_ns.name, c.key[i]);
+		/* fsync: durable before the kill */
+		assert_int_equal(put_file(path, c.img[i], c.size[i]), 0);
+	}
+	assert_int_equal(stat_u64("restore.commit_splits"), splits + NBLK);
+	chain_free(&c);
+}
+
+static void test_crash_check(void **state)
+{
+	check_ns(&crash_ns);
+	/* read from the SSD: the streamed restore served them */
+	assert_true(stat_u64("restore.pipelined") >= NBLK);
+	assert_int_equal(stat_u64("restore.errors"), 0);
+	assert_int_equal(stat_u64("cache.mixed_blocks"), 8);
+}
+
 /* ------------------------------------------------------------ stats mode */
 
 static void test_stats(void **state)
 {
-	/* lf32, lbf16, q2h keep their 4 blocks as hidden states */
-	assert_int_equal(stat_u64("cache.hidden_blocks"), 12);
+	uint64_t stored = 0, kv = 0;
+
+	/* lf32, lbf16, q2h keep their 4 blocks as hidden states, lmix its
+	 * 4 as MIXED
+	 */
+	assert_int_equal(stat_u64("cache.hidden_blocks"), 16);
+	assert_int_equal(stat_u64("cache.mixed_blocks"), 4);
+	assert_int_equal(stat_u64("ns.lmix.hcache.mixed_blocks"), 4);
+	assert_int_equal(stat_u64("ns.lmix.hcache.hidden_blocks"), 4);
+	assert_int_equal(stat_u64("ns.lmix.hcache.kv_from"), 2);
+	assert_int_equal(stat_u64("ns.lbf16.hcache.mixed_blocks"), 0);
+	/* the stored bytes are the true stored images, MIXED included */
+	for (size_t n = 0; n < NNS; n++) {
+		struct kvfs_geom g = geom_of(&models[nss[n].model],
+					     nss[n].dtype);
+
+		if (!nss[n].kv_from)
+			continue;
+		for (int i = 0; i < NBLK; i++) {
+			stored += kvfs_fmt_split_file_size(&g, ntok[i],
+							   nss[n].kv_from);
+			kv += kvfs_fmt_file_size(&g, KVFS_KIND_KV, ntok[i]);
+		}
+	}
+	assert_int_equal(stat_u64("cache.hidden_stored_bytes"), stored);
+	assert_int_equal(stat_u64("cache.hidden_kv_bytes"), kv);
 	assert_int_equal(stat_u64("restore.errors"), 0);
 	assert_int_equal(stat_u64("cache.checksum_errors"), 0);
 	assert_true(stat_u64("cache.hidden_kv_bytes") >
@@ -1043,6 +1143,8 @@ static int setup_dir(const char *dir)
 			   "rope_theta = %g\nstore_as = %s\n",
 			dir, s->file, s->family, s->eps, s->theta,
 			ns->store_as);
+		if (ns->kv_layers >= 0)
+			fprintf(f, "hcache_kv_layers = %d\n", ns->kv_layers);
 		if (s->rope == ROPE_LLAMA3)
 			fprintf(f, "rope_scaling = llama3\nrope_factor = %g\n"
 				   "rope_low_freq_factor = %g\n"
@@ -1068,6 +1170,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_check_q2),
 		cmocka_unit_test(test_check_q2h),
 		cmocka_unit_test(test_check_lkv),
+		cmocka_unit_test(test_check_lmix),
+		cmocka_unit_test(test_mixed_sizes),
 		cmocka_unit_test(test_check_kv_block),
 	};
 	const struct CMUnitTest concurrent_tests[] = {
@@ -1078,10 +1182,17 @@ int main(int argc, char **argv)
 	const struct CMUnitTest stats_tests[] = {
 		cmocka_unit_test(test_stats),
 	};
+	const struct CMUnitTest crash_write_tests[] = {
+		cmocka_unit_test(test_crash_write),
+	};
+	const struct CMUnitTest crash_check_tests[] = {
+		cmocka_unit_test(test_crash_check),
+	};
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: hcache_client setup DIR | "
-				"write|check|concurrent|stats MNT\n");
+				"write|check|concurrent|stats|crash-write|"
+				"crash-check MNT\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "setup"))
@@ -1095,5 +1206,9 @@ int main(int argc, char **argv)
 		return cmocka_run_group_tests(concurrent_tests, NULL, NULL);
 	if (!strcmp(argv[1], "stats"))
 		return cmocka_run_group_tests(stats_tests, NULL, NULL);
+	if (!strcmp(argv[1], "crash-write"))
+		return cmocka_run_group_tests(crash_write_tests, NULL, NULL);
+	if (!strcmp(argv[1], "crash-check"))
+		return cmocka_run_group_tests(crash_check_tests, NULL, NULL);
 	return 2;
 }

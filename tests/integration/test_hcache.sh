@@ -4,7 +4,9 @@
 # and bf16 with llama3 RoPE, Qwen2 GQA with biases) read back as KV-kind
 # files whose every element matches a double-precision reference; stat
 # size, user.kvfs.stored_as, store_as kv/hidden/auto, one restoration for
-# many readers, FETCH and PREFETCH, refusals (no weights, bad checkpoint).
+# many readers, FETCH and PREFETCH, refusals (no weights, bad checkpoint);
+# a per-layer split (store_as = auto, hcache_kv_layers = 1: MIXED blocks)
+# served from DRAM, after a remount and after kill -9.
 . "$(dirname "$0")/lib.sh"
 
 CLIENT=$BIN/../itests/hcache_client
@@ -52,7 +54,22 @@ t_cmocka concurrent "$CLIENT" concurrent "$MNT"
 t_cmocka check-ssd "$CLIENT" check "$MNT"
 t_cmocka stats "$CLIENT" stats "$MNT"
 t_check "no checksum failures" sh -c "! grep -q 'fails verification' '$STORE/kvfs.log'"
+t_check "the split of lmix is logged" \
+	grep -q "ns lmix: store_as = auto keeps layers 0..1 as hidden states, 2..2 as KV (hcache_kv_layers)" "$STORE/kvfs.log"
 t_check "clean unmount" kvfs_unmount
+
+# MIXED blocks written just before a kill -9 are recovered and served.
+t_check "remount for the kill -9 case" kvfs_mount
+t_cmocka crash-write "$CLIENT" crash-write "$MNT"
+victim=$KVFS_PID
+t_check "kill -9 the daemon" kill -9 "$victim"
+kvfs_unmount
+t_check "the daemon is gone" sh -c "! kill -0 $victim 2>/dev/null"
+t_check "remount after kill -9" kvfs_mount
+t_cmocka crash-check "$CLIENT" crash-check "$MNT"
+t_cmocka check-after-kill "$CLIENT" check "$MNT"
+t_check "no checksum failures after kill -9" sh -c "! grep -q 'fails verification' '$STORE/kvfs.log'"
+t_check "clean unmount after kill -9" kvfs_unmount
 t_check "no sanitizer report in the daemon log" \
 	sh -c "! grep -q 'AddressSanitizer\\|runtime error\\|LeakSanitizer' '$STORE/kvfs.log'"
 t_done

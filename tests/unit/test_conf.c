@@ -562,6 +562,23 @@ static void test_hcache_keys(void **state)
 	assert_int_equal(hc->rope_type, KVFS_ROPE_LINEAR);
 	assert_true(hc->rope_factor == 2.5);
 	assert_int_equal(hc->store_as, KVFS_STORE_HIDDEN);
+	assert_int_equal(hc->kv_layers, KVFS_CONF_KV_LAYERS_SCHED);
+	/* a fixed split for auto: 1024 < 2 * 8 * 128 */
+	hc_text(t, sizeof(t),
+		"hidden_size = 1024\nweights = /m/l.safetensors\n"
+		"family = llama\nstore_as = auto\nhcache_kv_layers = 3\n");
+	expect_ok(t);
+	assert_int_equal(hc->kv_layers, 3);
+	hc_text(t, sizeof(t),
+		"hidden_size = 1024\nweights = /m/l.safetensors\n"
+		"family = llama\nstore_as = auto\nhcache_kv_layers = 0\n");
+	expect_ok(t);
+	assert_int_equal(hc->kv_layers, 0);
+	hc_text(t, sizeof(t),
+		"hidden_size = 1024\nweights = /m/l.safetensors\n"
+		"family = llama\nstore_as = auto\nhcache_kv_layers = 32\n");
+	expect_ok(t);
+	assert_int_equal(hc->kv_layers, 32);
 	/* store_as = kv needs nothing */
 	hc_text(t, sizeof(t), "store_as = kv\n");
 	expect_ok(t);
@@ -624,6 +641,26 @@ static void test_hcache_errors(void **state)
 		  "rope_low_freq_factor = 4\nrope_high_freq_factor = 4\n"
 		  "rope_orig_max_pos = 8192\n", 14,
 		  "rope_high_freq_factor must exceed rope_low_freq_factor" },
+		/* hcache_kv_layers */
+		{ "hcache_kv_layers = 1\n", 8,
+		  "hcache_kv_layers needs weights" },
+		{ "hidden_size = 1024\nweights = /m\nfamily = llama\n"
+		  "hcache_kv_layers = 1\n", 11,
+		  "hcache_kv_layers needs store_as = auto" },
+		{ "hidden_size = 1024\nweights = /m\nfamily = llama\n"
+		  "store_as = hidden\nhcache_kv_layers = 1\n", 12,
+		  "hcache_kv_layers needs store_as = auto" },
+		{ "hidden_size = 1024\nweights = /m\nfamily = llama\n"
+		  "store_as = auto\nhcache_kv_layers = 33\n", 12,
+		  "hcache_kv_layers 33 exceeds layers 32" },
+		{ "hidden_size = 2048\nweights = /m\nfamily = llama\n"
+		  "hcache_kv_layers = 4\nstore_as = auto\n", 11,
+		  "are not smaller than K+V (2048)" },
+		{ "hcache_kv_layers = -1\n", 8, "hcache_kv_layers = '-1'" },
+		{ "hcache_kv_layers = 2000\n", 8,
+		  "hcache_kv_layers = '2000'" },
+		{ "hcache_kv_layers = some\n", 8,
+		  "hcache_kv_layers = 'some'" },
 		/* duplicates, as for every key */
 		{ "store_as = kv\nstore_as = kv\n", 9,
 		  "duplicate key 'store_as'" },

@@ -273,45 +273,87 @@ static void test_hidden_smaller(void **state)
 					       0x10000u));
 }
 
-static void test_store_auto(void **state)
+/* store_as = auto stores each layer in one form: hidden states up to
+ * the long-term tier's first KV layer, K and V after it.
+ */
+static void test_split_auto(void **state)
 {
 	struct kvfs_hsched_profile p = prof(1, 2, 1.125, 0);
-	struct kvfs_hsched_plan pl[2];
-	uint8_t f[32];
+	struct kvfs_hsched_plan ssd, dram, re;
+	uint32_t kv_from = 12345;
 
-	/* SSD: 31 H + 1 KV; DRAM: IO_H 0.25, IO_KV 0.5 -> 13 H + 19 KV. */
+	/* SSD: 31 H + 1 KV (Table 3's 7B shape) -> KV from layer 31. */
+	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 32, &ssd), 0);
+	assert_int_equal(ssd.n_hidden, 31);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &ssd, 32,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 31);
+	/* DRAM, IO_H 0.25, IO_KV 0.5:
+	 * ceil(32 * 0.5 / (0.5 + 1.125 - 0.25)) = ceil(11.64) = 12 H.
+	 */
 	p.io_hidden[KVFS_TIER_DRAM] = 0.25;
 	p.io_kv[KVFS_TIER_DRAM] = 0.5;
-	p.c_hidden = 1.125;
-	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 32, &pl[0]), 0);
-	assert_int_equal(pl[0].n_hidden, 31);
-	/* ceil(32 * 0.5 / (0.5 + 1.125 - 0.25)) = ceil(11.64) = 12 */
-	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_DRAM, 32, &pl[1]), 0);
-	assert_int_equal(pl[1].n_hidden, 12);
-
-	/* MHA, SSD plan only: hidden everywhere, KV also on layer 31 */
-	assert_int_equal(kvfs_hsched_store_auto(4096, 32, 128, pl, 1, 32, f),
+	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_DRAM, 32, &dram), 0);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &dram, 32,
+						&kv_from),
 			 0);
-	for (int l = 0; l < 31; l++)
-		assert_int_equal(f[l], KVFS_HSCHED_STORE_HIDDEN);
-	assert_int_equal(f[31],
-			 KVFS_HSCHED_STORE_HIDDEN | KVFS_HSCHED_STORE_KV);
-	/* both plans: KV from layer 12 on */
-	assert_int_equal(kvfs_hsched_store_auto(4096, 32, 128, pl, 2, 32, f),
+	assert_int_equal(kv_from, 12);
+	/* No plan: every layer hidden. */
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, NULL, 32,
+						&kv_from),
 			 0);
-	assert_int_equal(f[11], KVFS_HSCHED_STORE_HIDDEN);
-	assert_int_equal(f[12],
-			 KVFS_HSCHED_STORE_HIDDEN | KVFS_HSCHED_STORE_KV);
-	/* no plan: hidden only */
-	assert_int_equal(kvfs_hsched_store_auto(4096, 32, 128, NULL, 0, 32, f),
+	assert_int_equal(kv_from, 32);
+	/* GQA (4096 vs 2048): every layer KV, whatever the plan says. */
+	assert_int_equal(kvfs_hsched_split_auto(4096, 8, 128, &ssd, 32,
+						&kv_from),
 			 0);
-	assert_int_equal(f[31], KVFS_HSCHED_STORE_HIDDEN);
-	/* GQA: KV only, whatever the plans say */
-	assert_int_equal(kvfs_hsched_store_auto(4096, 8, 128, pl, 2, 32, f), 0);
-	for (int l = 0; l < 32; l++)
-		assert_int_equal(f[l], KVFS_HSCHED_STORE_KV);
-	/* plan for another depth */
-	assert_int_equal(kvfs_hsched_store_auto(4096, 32, 128, pl, 1, 16, f),
+	assert_int_equal(kv_from, 0);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 8, 128, NULL, 32,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 0);
+	/* Equal sizes are not smaller: KV. */
+	assert_int_equal(kvfs_hsched_split_auto(4096, 16, 128, NULL, 32,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 0);
+	/* I/O-bound, no recompute: hidden-only plan -> all hidden. */
+	p = prof(2, 4, 1, 0);
+	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 40, &ssd), 0);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &ssd, 40,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 40);
+	/* Recomputed layers keep their hidden states: 40 H + 8 RE (the
+	 * 30B row of test_recompute_mode_30b) -> every layer hidden.
+	 */
+	p = prof(1, 2, 0.5, 2.5);
+	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 48, &re), 0);
+	assert_int_equal(re.n_recompute, 8);
+	assert_int_equal(re.n_hidden, 40);
+	assert_int_equal(kvfs_hsched_split_auto(7168, 56, 128, &re, 48,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 48);
+	/* The KV form cheaper on this tier (profile noise on MHA): the plan
+	 * loads every layer as KV, so every layer is stored as KV.
+	 */
+	p = prof(2, 1, 3, 0);
+	assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 32, &ssd), 0);
+	assert_int_equal(ssd.n_kv, 32);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &ssd, 32,
+						&kv_from),
+			 0);
+	assert_int_equal(kv_from, 0);
+	/* A plan for another depth, no output, no layers. */
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &ssd, 16,
+						&kv_from),
+			 -EINVAL);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, NULL, 32, NULL),
+			 -EINVAL);
+	assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, NULL, 0,
+						&kv_from),
 			 -EINVAL);
 }
 
@@ -330,7 +372,7 @@ int main(void)
 		cmocka_unit_test(test_invalid),
 		cmocka_unit_test(test_random_near_optimal),
 		cmocka_unit_test(test_hidden_smaller),
-		cmocka_unit_test(test_store_auto),
+		cmocka_unit_test(test_split_auto),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

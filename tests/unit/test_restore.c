@@ -36,8 +36,11 @@
 
 #include <cmocka.h>
 
+#include "cache/cache.h"
+#include "cache/tier.h"
 #include "gpu/restore.h"
 #include "meta/log.h"
+#include "meta/util.h"
 #include "tests/unit/ckpt_ref_i.h"
 
 static char dir[64];
@@ -404,6 +407,290 @@ static void test_layer_api(void **state)
 	free_block(&b);
 	free_block(&b2);
 	kvfs_restore_ws_free(ws);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+/* Split layouts: hidden layers copied, the middle restored, KV layers
+ * copied; every result equals the matching layers of the whole-block
+ * restoration (itself checked against the reference above).
+ */
+static void test_split(void **state)
+{
+	const uint16_t dt = KVFS_DTYPE_BF16;
+	struct kvfs_restore_split_io io;
+	struct kvfs_restore_ws *ws;
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b;
+	uint8_t *full, *mix2, *mix1, *out;
+	size_t len, kl, hl;
+
+	make_model(&rm, &llama_gqa_bf16, 7);
+	r = load_model(&rm, "split.safetensors", 0);
+	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
+	/* 37 tokens in chunks of 16: a partial last chunk, RoPE at 1000 */
+	make_block(&b, &rm, dt, 37, 16, 1000);
+	full = restore_all(r, ws, &rm, &b, dt, &len);
+	kl = kvfs_restore_kv_layer_bytes(&rm.m, 37, 16, dt);
+	hl = kvfs_restore_hidden_layer_bytes(&rm.m, 37, 16, dt);
+	assert_int_equal(len, 3 * kl);
+	mix2 = malloc(2 * hl + kl);
+	mix1 = malloc(hl + 2 * kl);
+	/* room for the largest layout: 2 hidden layers are larger here */
+	out = malloc(3 * hl + 3 * kl);
+	assert_true(mix2 && mix1 && out);
+
+	/* HIDDEN (kv_from 3) -> MIXED kv_from 2: layers 0, 1 as written,
+	 * layer 2 restored.
+	 */
+	memset(&io, 0, sizeof(io));
+	io.src = b.hidden;
+	io.src_len = b.hidden_len;
+	io.src_kv_from = 3;
+	io.dst = mix2;
+	io.dst_len = 2 * hl + kl;
+	io.dst_kv_from = 2;
+	io.dtype = dt;
+	io.start_pos = 1000;
+	io.n_tokens = 37;
+	io.chunk_tokens = 16;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), 0);
+	assert_memory_equal(mix2, b.hidden, 2 * hl);
+	assert_memory_equal(mix2 + 2 * hl, full + 2 * kl, kl);
+
+	/* MIXED kv_from 2 -> KV: the read path. */
+	io.src = mix2;
+	io.src_len = 2 * hl + kl;
+	io.src_kv_from = 2;
+	io.dst = out;
+	io.dst_len = len;
+	io.dst_kv_from = 0;
+	memset(out, 0x5a, len);
+	assert_int_equal(kvfs_restore_split(r, NULL, &io), 0);
+	assert_memory_equal(out, full, len);
+
+	/* MIXED kv_from 2 -> MIXED kv_from 1. */
+	io.dst = mix1;
+	io.dst_len = hl + 2 * kl;
+	io.dst_kv_from = 1;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), 0);
+	assert_memory_equal(mix1, b.hidden, hl);
+	assert_memory_equal(mix1 + hl, full + kl, 2 * kl);
+
+	/* HIDDEN -> KV equals kvfs_restore_block(). */
+	io.src = b.hidden;
+	io.src_len = b.hidden_len;
+	io.src_kv_from = 3;
+	io.dst = out;
+	io.dst_len = len;
+	io.dst_kv_from = 0;
+	memset(out, 0, len);
+	assert_int_equal(kvfs_restore_split(r, ws, &io), 0);
+	assert_memory_equal(out, full, len);
+
+	/* The same split both sides is a copy. */
+	io.src = mix2;
+	io.src_len = 2 * hl + kl;
+	io.src_kv_from = 2;
+	io.dst = out;
+	io.dst_len = 2 * hl + kl;
+	io.dst_kv_from = 2;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), 0);
+	assert_memory_equal(out, mix2, 2 * hl + kl);
+
+	/* Refusals: more hidden layers out than in, beyond the model,
+	 * lengths that do not match, a NULL payload.
+	 */
+	log_reset();
+	io.dst_kv_from = 3;
+	io.dst_len = 3 * hl;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), -EINVAL);
+	assert_true(log_has("split layers out of order"));
+	io.src_kv_from = 4;
+	io.dst_kv_from = 0;
+	io.dst_len = len;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), -EINVAL);
+	io.src_kv_from = 2;
+	io.src_len = 2 * hl + kl - 1;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), -EINVAL);
+	assert_true(log_has("source payload length"));
+	io.src_len = 2 * hl + kl;
+	io.dst_len = len + 2;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), -EINVAL);
+	assert_true(log_has("destination payload length"));
+	io.dst_len = len;
+	io.dst = NULL;
+	assert_int_equal(kvfs_restore_split(r, ws, &io), -EINVAL);
+
+	free(out);
+	free(mix1);
+	free(mix2);
+	free(full);
+	free_block(&b);
+	kvfs_restore_ws_free(ws);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
+/* Put @img (@len bytes) in a fresh extent of @ssd. */
+static void ssd_put(struct kvfs_tier *ssd, struct kvfs_extent *e,
+		    const uint8_t *img, uint64_t len)
+{
+	uint64_t al = (len + 4095) / 4096 * 4096;
+	uint8_t *buf = aligned_alloc(4096, al);
+
+	assert_non_null(buf);
+	memset(buf, 0, al);
+	memcpy(buf, img, len);
+	assert_int_equal(ssd->ops->alloc(ssd, al, e), 0);
+	assert_int_equal(ssd->ops->write(ssd, e, 0, buf, al), 0);
+	free(buf);
+}
+
+/* kvfs_cache_restore_stream(): a HIDDEN and a MIXED image on the SSD
+ * tier give, pipelined and read whole, exactly the KV file built from the
+ * whole-block restoration; a flipped payload byte, a bad header and a
+ * header that is not the record's are refused with -EBADMSG, pipelined
+ * too (nothing may be used).
+ */
+static void test_stream(void **state)
+{
+	const uint16_t dt = KVFS_DTYPE_BF16;
+	const uint32_t n = 37, C = 16;
+	struct kvfs_restore_split_io sio;
+	struct kvfs_restore_stream rs;
+	struct kvfs_extent eh, em;
+	struct kvfs_tier *ssd;
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct kvfs_geom g;
+	struct block b;
+	uint8_t root[16], parent[16], *full, *want, *hid, *mix, *pay, *dst;
+	uint8_t *src;
+	uint64_t kvsz, hsz, msz, po, len;
+	uint32_t tok[48];
+
+	make_model(&rm, &llama_gqa_bf16, 8);
+	r = load_model(&rm, "stream.safetensors", 0);
+	make_block(&b, &rm, dt, n, C, 960);
+	full = restore_all(r, NULL, &rm, &b, dt, &len);
+	g = (struct kvfs_geom){ .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
+				.hidden_size = 48, .block_tokens = 48,
+				.chunk_tokens = C, .dtype = dt };
+	for (int i = 0; i < 16; i++) {
+		root[i] = (uint8_t)(i + 1);
+		parent[i] = (uint8_t)(0xa0 + i);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = 5000 + i;
+	po = kvfs_fmt_payload_off(n);
+	kvsz = kvfs_fmt_file_size(&g, KVFS_KIND_KV, n);
+	hsz = kvfs_fmt_split_file_size(&g, n, 3);
+	msz = kvfs_fmt_split_file_size(&g, n, 2);
+	assert_int_equal(kvsz - po, len);
+	want = malloc(kvsz);
+	hid = malloc(hsz);
+	mix = malloc(msz);
+	pay = malloc(msz - po);
+	dst = aligned_alloc(4096, 65536);
+	src = aligned_alloc(4096, 65536);
+	assert_true(want && hid && mix && pay && dst && src);
+	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, parent, 960, tok, n,
+					full, want, kvsz),
+			 0);
+	assert_int_equal(kvfs_fmt_build_split(&g, 3, parent, 960, tok, n,
+					      b.hidden, hid, hsz),
+			 0);
+	memset(&sio, 0, sizeof(sio));
+	sio.src = b.hidden;
+	sio.src_len = b.hidden_len;
+	sio.src_kv_from = 3;
+	sio.dst = pay;
+	sio.dst_len = msz - po;
+	sio.dst_kv_from = 2;
+	sio.dtype = dt;
+	sio.start_pos = 960;
+	sio.n_tokens = n;
+	sio.chunk_tokens = C;
+	assert_int_equal(kvfs_restore_split(r, NULL, &sio), 0);
+	assert_int_equal(kvfs_fmt_build_split(&g, 2, parent, 960, tok, n, pay,
+					      mix, msz),
+			 0);
+
+	assert_int_equal(kvfs_tier_ssd_init(NULL, 4096, 1u << 20, 1,
+					    KVFS_SSD_MEMORY, &ssd),
+			 0);
+	ssd_put(ssd, &eh, hid, hsz);
+	ssd_put(ssd, &em, mix, msz);
+	assert_true(em.len <= 65536 && eh.len <= 65536);
+
+	for (int whole = 0; whole < 2; whole++) {
+		for (int k = 0; k < 2; k++) {
+			memset(&rs, 0, sizeof(rs));
+			rs.ssd = ssd;
+			rs.ext = k ? &em : &eh;
+			rs.g = &g;
+			rs.rst = r;
+			rs.n_tokens = n;
+			rs.kv_from = k ? 2 : 3;
+			rs.start_pos = 960;
+			rs.hdr_crc = kvfs_util_get32(k ? mix + 84 : hid + 84);
+			rs.key = k ? mix + 64 : hid + 64;
+			rs.root = root;
+			rs.img = src;
+			rs.dst = dst;
+			rs.dst_len = 65536;
+			rs.flags = whole ? KVFS_RS_WHOLE : 0;
+			memset(dst, 0x77, 65536);
+			assert_int_equal(kvfs_cache_restore_stream(&rs), 0);
+			assert_memory_equal(dst, want, kvsz);
+			assert_true(dst[kvsz] == 0 && dst[65535] == 0);
+		}
+		/* the record says another header */
+		rs.hdr_crc ^= 1;
+		assert_int_equal(kvfs_cache_restore_stream(&rs), -EBADMSG);
+		assert_string_equal(rs.bad, "header does not match the record");
+		rs.hdr_crc ^= 1;
+		/* the record's split differs from the image's */
+		rs.kv_from = 1;
+		assert_int_equal(kvfs_cache_restore_stream(&rs), -EBADMSG);
+		rs.kv_from = 2;
+	}
+
+	/* One flipped byte in layer 1 (hidden) of the MIXED image. */
+	mix[po + kvfs_restore_hidden_layer_bytes(&rm.m, n, C, dt) + 5] ^= 4;
+	ssd->ops->free(ssd, &em);
+	ssd_put(ssd, &em, mix, msz);
+	for (int whole = 0; whole < 2; whole++) {
+		rs.flags = whole ? KVFS_RS_WHOLE : 0;
+		assert_int_equal(kvfs_cache_restore_stream(&rs), -EBADMSG);
+		assert_string_equal(rs.bad, kvfs_fmt_strerror(
+						     KVFS_FMT_EPAYLOADCRC));
+	}
+	/* A damaged header. */
+	mix[5] ^= 1;
+	ssd->ops->free(ssd, &em);
+	ssd_put(ssd, &em, mix, msz);
+	rs.flags = 0;
+	assert_int_equal(kvfs_cache_restore_stream(&rs), -EBADMSG);
+	assert_non_null(rs.bad);
+	/* A destination too small, a split beyond the model. */
+	rs.dst_len = kvsz - 1;
+	assert_int_equal(kvfs_cache_restore_stream(&rs), -EINVAL);
+	rs.dst_len = 65536;
+	rs.kv_from = 4;
+	assert_int_equal(kvfs_cache_restore_stream(&rs), -EINVAL);
+
+	kvfs_tier_free(ssd);
+	free(src);
+	free(dst);
+	free(pay);
+	free(mix);
+	free(hid);
+	free(want);
+	free(full);
+	free_block(&b);
 	kvfs_restore_free(r);
 	free_model(&rm);
 }
@@ -892,6 +1179,8 @@ int main(void)
 		cmocka_unit_test(test_llama_biases),
 		cmocka_unit_test(test_lazy_matches_resident),
 		cmocka_unit_test(test_layer_api),
+		cmocka_unit_test(test_split),
+		cmocka_unit_test(test_stream),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_refuse_kv_heads),
 		cmocka_unit_test(test_refuse_bad_shapes),
