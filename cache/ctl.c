@@ -952,8 +952,16 @@ static int op_prefetch(struct ctx *x)
 	for (size_t i = 0; i < x->nk; i++) {
 		struct kvfs_block *b = find(x, key_at(x, i));
 
-		if (b)
-			j->v[j->n++] = b;
+		if (!b)
+			continue;
+		j->v[j->n++] = b;
+		/* Hidden states already in DRAM load nothing, so the thread
+		 * below would never restore them: submit the restoration
+		 * here (it only queues a job; the loads' own restorations
+		 * are submitted as each load completes).
+		 */
+		if (atomic_load(&b->dram_ptr))
+			kvfs_rpool_ahead(x->c, b);
 	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);

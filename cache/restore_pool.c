@@ -825,7 +825,9 @@ void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b)
 	struct kvfs_rpool *rp = c->rpool;
 	struct kvfs_rjob *j;
 
-	if (!rp || !kvfs_block_needs_restore(b) || !b->ns->hc.rst)
+	/* Nothing to do once the DRAM copy is the KV image. */
+	if (!rp || !kvfs_block_needs_restore(b) || !b->ns->hc.rst ||
+	    dram_is_kv(b))
 		return;
 	pthread_mutex_lock(&rp->lock);
 	if (rp->n_threads && !rp->stop && !job_find(rp, b)) {

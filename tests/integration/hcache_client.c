@@ -1023,6 +1023,44 @@ static void test_prefetch_then_read(void **state)
 	chain_free(&c);
 }
 
+/* A PREFETCH to DRAM of a block whose hidden states are already in DRAM
+ * (just written) loads nothing, but restores it ahead: submitted before
+ * the call returns.  The read then joins or finds that restoration, and a
+ * second PREFETCH finds the KV image and submits nothing.
+ */
+static void test_prefetch_in_dram(void **state)
+{
+	struct nspec alt = nss[1];
+	struct kvfs_ctl_msg m;
+	char path[4200];
+	struct chain c;
+	uint64_t before, ahead;
+	uint8_t *img;
+	size_t len;
+
+	alt.seed += 500; /* a prefix nobody wrote yet */
+	chain_make(&c, &alt);
+	block_path(path, sizeof(path), alt.name, c.key[0]);
+	assert_int_equal(put_file(path, c.img[0], c.size[0]), 0);
+	before = stat_u64("restore.blocks");
+	ahead = stat_u64("restore.ahead");
+	assert_int_equal(ctl_call(KVFS_CTL_PREFETCH, alt.name, c.key[0], 1,
+				  &m),
+			 0);
+	assert_int_equal(stat_u64("restore.ahead"), ahead + 1);
+	img = get_file(path, &len);
+	check_image(&c, 0, img, len);
+	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	assert_int_equal(ctl_call(KVFS_CTL_PREFETCH, alt.name, c.key[0], 1,
+				  &m),
+			 0);
+	assert_int_equal(stat_u64("restore.ahead"), ahead + 1);
+	/* gone again, so that the stats mode counts the four-block chains */
+	assert_int_equal(unlink(path), 0);
+	free(img);
+	chain_free(&c);
+}
+
 /* ------------------------------------------------------------ crash mode */
 
 static void test_crash_write(void **state)
@@ -1178,6 +1216,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_one_restoration),
 		cmocka_unit_test(test_fetch),
 		cmocka_unit_test(test_prefetch_then_read),
+		cmocka_unit_test(test_prefetch_in_dram),
 	};
 	const struct CMUnitTest stats_tests[] = {
 		cmocka_unit_test(test_stats),
