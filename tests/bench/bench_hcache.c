@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Hidden-state restoration benchmarks (HCache, docs/hcache.md), run by
- * tests/bench/run.sh.  CPU only: the GPU path does not exist yet.
+ * tests/bench/run.sh.  CPU only: the GPU path (gpu/restore_cuda.c) has
+ * its own benchmark, bench_restore_cuda.
  *
  *   [8] restoration throughput against the raw sgemm throughput of the
  *       same OpenBLAS on the same shapes ([tokens x hidden] x [hidden x
@@ -568,6 +569,29 @@ static void fig_bytes(const char *name, uint32_t kvh, const char *summ)
 	summary(summ, label, h, kv, "KiB");
 }
 
+/* [10] for store_as = auto: bytes per token of the 7B-like model split as
+ * the SSD plan says (hidden states for the first @kv_from layers, K and V
+ * for the rest), against K and V for every layer.
+ */
+static void fig_split(uint32_t kv_from, const char *summ)
+{
+	struct kvfs_geom g = {
+		.n_layers = FULL_LAYERS, .n_kv_heads = 32,
+		.head_dim = HEAD_DIM, .hidden_size = HIDDEN,
+		.block_tokens = 16, .chunk_tokens = 16,
+		.dtype = KVFS_DTYPE_BF16,
+	};
+	double sp = kvfs_fmt_split_payload_size(&g, 16, kv_from) / 16.0 / 1024;
+	double kv = kvfs_fmt_split_payload_size(&g, 16, 0) / 16.0 / 1024;
+
+	printf("\n[10] bytes stored per token, 7B-like, store_as = auto with "
+	       "this machine's SSD plan (%u hidden + %u KV layers): %.0f KiB "
+	       "against %.0f KiB as KV\n", kv_from, FULL_LAYERS - kv_from, sp,
+	       kv);
+	summary(summ, "[10] stored/token 7B-like auto split (split/KV)", sp,
+		kv, "KiB");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -632,6 +656,7 @@ int main(int argc, char **argv)
 	struct kvfs_hsched_profile prof = { 0 };
 	struct kvfs_restore_ws *ws = NULL;
 	struct blk b = { 0 };
+	uint32_t ssd_hidden = FULL_LAYERS;
 
 	printf("\n[9] one block of the 7B-like model, %d layers\n", layers);
 	if (kvfs_restore_ws_alloc(&ws) || blk_init(&b, &mha)) {
@@ -645,6 +670,8 @@ int main(int argc, char **argv)
 
 			if (kvfs_hsched_plan(&prof, t, FULL_LAYERS, &p))
 				continue;
+			if (t == KVFS_TIER_SSD)
+				ssd_hidden = p.n_hidden;
 			printf("  schedule for 32 layers read from %s "
 			       "(per-layer times above, no recompute): %u "
 			       "hidden + %u KV layers, %.1f ms predicted\n",
@@ -656,8 +683,8 @@ int main(int argc, char **argv)
 	kvfs_restore_ws_free(ws);
 	fig_bytes("7B-like", 32, summ);
 	fig_bytes("8B-like", 8, summ);
-	printf("\nGPU restoration (cuBLAS + RoPE kernel) does not exist yet: "
-	       "no GPU figures.\n");
+	fig_split(ssd_hidden, summ);
+	printf("\nGPU restoration: bench_restore_cuda, on a GPU host.\n");
 	kvfs_restore_free(mha.r);
 	kvfs_restore_free(gqa.r);
 	return 0;
