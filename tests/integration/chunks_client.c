@@ -13,10 +13,16 @@
  * (f16), f32 and f8 (f8_e4m3). Every chunk is a multiple of 4 KiB. Each
  * namespace holds one prefix of 168 tokens: two full blocks and one of 40
  * tokens, so 4 + 4 + 3 = 11 chunks, the last one partial.
+ *
+ * The device tier is shm, or cuda with KVFS_TEST_GPU=cuda: then the chunks
+ * land in cudaMalloc'ed memory of this process, handed over by IPC handle,
+ * and the pool is read through its own (dev_region_i.h).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +34,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +44,7 @@
 #include "fs/kvfs_ctl.h"
 #include "gpu/restore.h"
 #include "meta/fmt.h"
-#include "shm_region_i.h"
+#include "dev_region_i.h"
 #include "tests/unit/ckpt_ref_i.h"
 
 #define NBLK 3
@@ -128,8 +135,11 @@ static const uint8_t *expect(const struct prefix *p, uint32_t l, uint32_t j)
 
 /* ----------------------------------------------------------- requests */
 
-
-static struct shm_region peer, sync_w;
+/* Where the chunks land, and the completion word (host memory whatever
+ * the backend).
+ */
+static struct dev_region peer;
+static struct shm_region sync_w;
 
 /* A FETCH_CHUNKS request in @m; returns its byte size. */
 static size_t chunks_req(struct kvfs_ctl_msg *m, const struct prefix *p,
@@ -157,10 +167,7 @@ static size_t chunks_req(struct kvfs_ctl_msg *m, const struct prefix *p,
 	m->req.n_chunks = n;
 	memcpy(a, ch, 4 * n);
 	a += 4 * n;
-	m->req.peer.backend = KVFS_CTL_BACKEND_SHM;
-	m->req.peer.size = peer.len;
-	snprintf(m->req.peer.shm_name, sizeof(m->req.peer.shm_name), "%s",
-		 peer.name);
+	dev_peer(&peer, &m->req.peer);
 	snprintf(m->req.sync.shm_name, sizeof(m->req.sync.shm_name), "%s",
 		 sync_w.name);
 	m->req.size = (uint32_t)(a - m->bytes);
@@ -176,7 +183,27 @@ static int call(int fd, struct kvfs_ctl_msg *m)
 	return m->resp.error;
 }
 
-/* Fetch and compare every delivered byte; returns the response. */
+/* Every byte delivered at the start of the peer for layers
+ * [first, first + nl) of chunks @ch.
+ */
+static void check_delivered(const struct prefix *p, uint32_t first, uint32_t nl,
+			    const uint32_t *ch, uint32_t n)
+{
+	uint64_t len = (uint64_t)nl * n * p->cb;
+	uint8_t *got = malloc(len);
+
+	assert_non_null(got);
+	dev_get(&peer, 0, got, len);
+	for (uint32_t l = 0; l < nl; l++)
+		for (uint32_t k = 0; k < n; k++)
+			assert_memory_equal(got + ((uint64_t)l * n + k) * p->cb,
+					    expect(p, first + l, ch[k]), p->cb);
+	free(got);
+}
+
+/* Fetch into poisoned memory and compare every delivered byte; returns
+ * the response.
+ */
 static struct kvfs_ctl_resp fetch_check(int fd, const struct prefix *p,
 					uint32_t first, uint32_t nl,
 					const uint32_t *ch, uint32_t n,
@@ -184,14 +211,11 @@ static struct kvfs_ctl_resp fetch_check(int fd, const struct prefix *p,
 {
 	struct kvfs_ctl_msg m;
 
+	dev_fill(&peer, 0xa5);
 	chunks_req(&m, p, first, nl, ch, n, flags);
 	assert_int_equal(call(fd, &m), 0);
 	assert_int_equal(*(uint32_t *)sync_w.p, nl);
-	for (uint32_t l = 0; l < nl; l++)
-		for (uint32_t k = 0; k < n; k++)
-			assert_memory_equal(peer.p + ((uint64_t)l * n + k) *
-							     p->cb,
-					    expect(p, first + l, ch[k]), p->cb);
+	check_delivered(p, first, nl, ch, n);
 	assert_int_equal(m.resp.bytes_wanted, (uint64_t)nl * n * p->cb);
 	return m.resp;
 }
@@ -305,12 +329,106 @@ static void test_inter_period_difference(void **state)
 	close(fd);
 }
 
+struct layer_waiter {
+	volatile uint32_t *word;
+	const struct prefix *p;
+	const uint32_t *ch;
+	uint32_t first, nl, n;
+	uint32_t ok_layers; /* layers seen complete with the right bytes */
+	int monotonic;
+};
+
+/* An engine's compute thread: wait for each layer of the period, then
+ * check its bytes while later layers are still arriving.
+ */
+static void *wait_layers(void *arg)
+{
+	struct layer_waiter *w = arg;
+	uint64_t lb = (uint64_t)w->n * w->p->cb;
+	uint32_t seen = 0;
+
+	w->monotonic = 1;
+	for (uint32_t l = 0; l < w->nl; l++) {
+		uint32_t v;
+
+		while ((v = __atomic_load_n(w->word, __ATOMIC_ACQUIRE)) <= l) {
+			if (v & KVFS_CTL_SYNC_FAILED)
+				return NULL;
+			syscall(SYS_futex, w->word, FUTEX_WAIT, v, NULL, NULL,
+				0);
+		}
+		if (v & KVFS_CTL_SYNC_FAILED)
+			return NULL;
+		if (v < seen)
+			w->monotonic = 0;
+		seen = v;
+		for (uint32_t k = 0; k < w->n; k++)
+			if (!dev_equal(&peer, l * lb + k * w->p->cb,
+				       expect(w->p, w->first + l, w->ch[k]),
+				       w->p->cb))
+				return NULL;
+		w->ok_layers++;
+	}
+	return NULL;
+}
+
+/* Sub-periods (ContiguousKV): layers are read @sub at a time and each
+ * signalled as it lands; a waiter sees every layer complete, in order,
+ * before the request returns. Staged (cuda), the stage is reused batch
+ * after batch, the last one partial when @sub does not divide the period.
+ */
+static void per_layer(int fd, const struct prefix *p, uint32_t sub)
+{
+	const uint32_t ch[] = { 10, 2, 3, 7, 0 };
+	struct layer_waiter w = { 0 };
+	volatile uint32_t *word = (volatile uint32_t *)sync_w.p;
+	struct kvfs_ctl_msg m;
+	uint32_t done;
+	pthread_t t;
+	int rc;
+
+	dev_fill(&peer, 0xa5);
+	__atomic_store_n(word, 0, __ATOMIC_RELEASE);
+	w.word = word;
+	w.p = p;
+	w.ch = ch;
+	w.first = 0;
+	w.nl = 4;
+	w.n = 5;
+	chunks_req(&m, p, w.first, w.nl, ch, w.n, 0);
+	m.req.sub_period = sub;
+	assert_int_equal(pthread_create(&t, NULL, wait_layers, &w), 0);
+	rc = call(fd, &m);
+	done = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+	if (done != w.nl) {
+		/* release a waiter the daemon never finished */
+		__atomic_store_n(word, KVFS_CTL_SYNC_FAILED, __ATOMIC_RELEASE);
+		syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+	}
+	pthread_join(t, NULL);
+	assert_int_equal(rc, 0);
+	assert_int_equal(done, w.nl);
+	assert_int_equal(w.ok_layers, w.nl);
+	assert_true(w.monotonic);
+	assert_int_equal(m.resp.bytes_wanted, (uint64_t)w.nl * w.n * p->cb);
+	check_delivered(p, w.first, w.nl, ch, w.n);
+}
+
+static void test_sub_period_per_layer(void **state)
+{
+	int fd = ctl_open();
+
+	per_layer(fd, &pf[3], 1);
+	per_layer(fd, &pf[2], 3);
+	close(fd);
+}
+
 static void test_pool_mode(void **state)
 {
 	struct kvfs_ctl_msg m;
 	const uint32_t ch[] = { 10, 0 };
-	const uint8_t *pool;
-	int fd = ctl_open(), pfd;
+	uint8_t *pool;
+	int fd = ctl_open();
 
 	chunks_req(&m, &pf[2], 1, 2, ch, 2, KVFS_CTL_F_POOL);
 	m.req.sync.shm_name[0] = 0;
@@ -320,18 +438,16 @@ static void test_pool_mode(void **state)
 
 	assert_int_equal(b->len, 4 * pf[2].cb);
 	assert_int_equal(b->layer_bytes, 2 * pf[2].cb);
-	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
-	assert_true(pfd >= 0);
-	pool = mmap(NULL, m.resp.pool.size, PROT_READ, MAP_SHARED, pfd, 0);
-	close(pfd);
-	assert_true(pool != MAP_FAILED);
+	/* the region, read from the pool as the backend allows */
+	pool = malloc(b->len);
+	assert_non_null(pool);
+	pool_get(&m.resp.pool, b->pool_off, pool, b->len);
 	for (uint32_t l = 0; l < 2; l++)
 		for (uint32_t k = 0; k < 2; k++)
-			assert_memory_equal(pool + b->pool_off +
-						    (l * 2 + k) * pf[2].cb,
+			assert_memory_equal(pool + (l * 2 + k) * pf[2].cb,
 					    expect(&pf[2], 1 + l, ch[k]),
 					    pf[2].cb);
-	munmap((void *)pool, m.resp.pool.size);
+	free(pool);
 	close(fd);
 }
 
@@ -553,12 +669,13 @@ static void test_hidden_fetch(void **state)
 		assert_int_equal(m.resp.bytes_wanted, p->cb);
 		assert_int_equal(m.resp.bytes_read, p->cb / 2);
 		/* Every chunk of every layer, from the SSD. */
+		dev_fill(&peer, 0xa5);
 		chunks_req(&m, p, 0, 4, all, NCHUNK, 0);
 		assert_int_equal(call(fd, &m), 0);
 		assert_int_equal(*(uint32_t *)sync_w.p, 4);
 		assert_int_equal(m.resp.bytes_wanted, len);
 		assert_true(m.resp.bytes_read < len);
-		memcpy(got, peer.p, len);
+		dev_get(&peer, 0, got, len);
 		for (int i = 0; i < NBLK; i++)
 			hread_file(p, i);
 		for (uint32_t l = 0; l < 4; l++)
@@ -631,10 +748,10 @@ static int hcheck(void)
 
 	hprefix_make(&hp[0], "hid", 30, NULL);
 	hprefix_make(&hp[1], "hmix", 31, NULL);
-	shm_make(&peer, "chunks-hpeer", 4 * NCHUNK * 64 * 1024);
+	dev_make(&peer, "chunks-hpeer", 4 * NCHUNK * 64 * 1024);
 	shm_make(&sync_w, "chunks-hsync", 4096);
 	rc = cmocka_run_group_tests_name("hidden", tests, NULL, NULL);
-	shm_drop(&peer);
+	dev_drop(&peer);
 	shm_drop(&sync_w);
 	return rc;
 }
@@ -645,6 +762,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_coalescing),
 		cmocka_unit_test(test_inter_period_difference),
 		cmocka_unit_test(test_exact_bytes_random_sets),
+		cmocka_unit_test(test_sub_period_per_layer),
 		cmocka_unit_test(test_pool_mode),
 		cmocka_unit_test(test_scores),
 		cmocka_unit_test(test_bad_input),
@@ -654,6 +772,11 @@ int main(int argc, char **argv)
 
 	if (argc != 3)
 		return 2;
+	if (dev_backend_init()) {
+		fprintf(stderr, "chunks_client: KVFS_TEST_GPU=cuda needs a "
+			"build with CUDA\n");
+		return 2;
+	}
 	if (!strcmp(argv[1], "hsetup"))
 		return hsetup(argv[2]);
 	write_files = !strcmp(argv[1], "write");
@@ -671,10 +794,10 @@ int main(int argc, char **argv)
 		prefix_make(&pf[i], 10 + i, write_files);
 	if (write_files)
 		return 0;
-	shm_make(&peer, "chunks-peer", 4 * NCHUNK * 64 * 1024);
+	dev_make(&peer, "chunks-peer", 4 * NCHUNK * 64 * 1024);
 	shm_make(&sync_w, "chunks-sync", 4096);
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	shm_drop(&peer);
+	dev_drop(&peer);
 	shm_drop(&sync_w);
 	return rc;
 }

@@ -34,11 +34,7 @@
 
 #include "fs/kvfs_ctl.h"
 #include "meta/fmt.h"
-#include "shm_region_i.h"
-
-#ifdef KVFS_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "dev_region_i.h"
 
 static const char *mnt, *ns;
 static char ctl_path[4096];
@@ -102,141 +98,6 @@ static void chain_free(struct chain *c)
 {
 	for (int i = 0; i < c->n; i++)
 		free(c->img[i]);
-}
-
-/* ------------------------------------------------------ device memory */
-
-static uint32_t backend = KVFS_CTL_BACKEND_SHM;
-
-/* The caller's memory handed to the daemon as a peer: a shm object, or
- * device memory with its IPC handle.
- */
-struct dev_region {
-	struct shm_region shm;
-	uint8_t *d;
-	size_t len;
-};
-
-static void dev_make(struct dev_region *r, const char *tag, size_t len)
-{
-	memset(r, 0, sizeof(*r));
-	r->len = len;
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		shm_make(&r->shm, tag, len);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	assert_int_equal(cudaSetDevice(0), cudaSuccess);
-	assert_int_equal(cudaMalloc((void **)&r->d, len), cudaSuccess);
-	assert_int_equal(cudaMemset(r->d, 0, len), cudaSuccess);
-#else
-	fail_msg("no CUDA in this build");
-#endif
-}
-
-static void dev_drop(struct dev_region *r)
-{
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		shm_drop(&r->shm);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	cudaFree(r->d);
-#endif
-}
-
-static void dev_get(const struct dev_region *r, uint64_t off, void *buf,
-		    size_t len)
-{
-	assert_true(off <= r->len && len <= r->len - off);
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		memcpy(buf, r->shm.p + off, len);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	assert_int_equal(cudaMemcpy(buf, r->d + off, len,
-				    cudaMemcpyDeviceToHost), cudaSuccess);
-#endif
-}
-
-static void dev_put(struct dev_region *r, uint64_t off, const void *buf,
-		    size_t len)
-{
-	assert_true(off <= r->len && len <= r->len - off);
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		memcpy(r->shm.p + off, buf, len);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	assert_int_equal(cudaMemcpy(r->d + off, buf, len,
-				    cudaMemcpyHostToDevice), cudaSuccess);
-#endif
-}
-
-/* Whether [off, off + len) of @r holds @want. */
-static bool dev_equal(const struct dev_region *r, uint64_t off,
-		      const void *want, size_t len)
-{
-	uint8_t *buf = malloc(len ? len : 1);
-	bool same;
-
-	assert_non_null(buf);
-	dev_get(r, off, buf, len);
-	same = !memcmp(buf, want, len);
-	free(buf);
-	return same;
-}
-
-static void dev_peer(const struct dev_region *r, struct kvfs_ctl_mem *m)
-{
-	memset(m, 0, sizeof(*m));
-	m->backend = backend;
-	m->size = r->len;
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		snprintf(m->shm_name, sizeof(m->shm_name), "%s", r->shm.name);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	cudaIpcMemHandle_t h;
-
-	assert_int_equal(cudaIpcGetMemHandle(&h, r->d), cudaSuccess);
-	memcpy(m->ipc, &h, sizeof(m->ipc));
-#endif
-}
-
-/* The device pool a FETCH names, readable by this process: @out gets
- * [off, off + len) of it.
- */
-static void pool_get(const struct kvfs_ctl_mem *pool, uint64_t off,
-		     void *out, size_t len)
-{
-	assert_int_equal(pool->backend, backend);
-	assert_true(off <= pool->size && len <= pool->size - off);
-	if (backend == KVFS_CTL_BACKEND_SHM) {
-		int pfd = shm_open(pool->shm_name, O_RDONLY, 0);
-		uint8_t *p;
-
-		assert_true(pfd >= 0);
-		p = mmap(NULL, pool->size, PROT_READ, MAP_SHARED, pfd, 0);
-		close(pfd);
-		assert_true(p != MAP_FAILED);
-		memcpy(out, p + off, len);
-		munmap(p, pool->size);
-		return;
-	}
-#ifdef KVFS_HAVE_CUDA
-	cudaIpcMemHandle_t h;
-	void *d = NULL;
-
-	memcpy(&h, pool->ipc, sizeof(h));
-	assert_int_equal(cudaSetDevice((int)pool->device), cudaSuccess);
-	assert_int_equal(cudaIpcOpenMemHandle(&d, h,
-					      cudaIpcMemLazyEnablePeerAccess),
-			 cudaSuccess);
-	assert_int_equal(cudaMemcpy(out, (uint8_t *)d + off, len,
-				    cudaMemcpyDeviceToHost), cudaSuccess);
-	assert_int_equal(cudaIpcCloseMemHandle(d), cudaSuccess);
-#endif
 }
 
 /* ---------------------------------------------------------- transport */
@@ -368,7 +229,7 @@ static void fetch_check(int fd, const struct chain *c, int from, int n)
 	req_init(&m, KVFS_CTL_FETCH, (uint32_t)n);
 	put_keys(&m, c, from, n);
 	assert_int_equal(call(fd, &m), 0);
-	assert_int_equal(m.resp.pool.backend, backend);
+	assert_int_equal(m.resp.pool.backend, dev_backend);
 	assert_int_equal(m.resp.n_blocks, n);
 	for (int i = 0; i < n; i++) {
 		const struct kvfs_ctl_block *b = &resp_blk(&m)[i];
@@ -629,7 +490,7 @@ static void test_fetch_into_per_layer(void **state)
 	assert_int_equal(call(fd, &m), -EINVAL);
 	/* A handle of another backend. */
 	fill_into(&m, &c, &peer, &sync);
-	m.req.peer.backend = backend == KVFS_CTL_BACKEND_SHM ?
+	m.req.peer.backend = dev_backend == KVFS_CTL_BACKEND_SHM ?
 				     KVFS_CTL_BACKEND_CUDA :
 				     KVFS_CTL_BACKEND_SHM;
 	assert_int_equal(call(fd, &m), -EINVAL);
@@ -834,8 +695,11 @@ int main(void)
 
 	mnt = getenv("KVFS_MNT");
 	ns = getenv("KVFS_NS");
-	if (getenv("KVFS_TEST_GPU") && !strcmp(getenv("KVFS_TEST_GPU"), "cuda"))
-		backend = KVFS_CTL_BACKEND_CUDA;
+	if (dev_backend_init()) {
+		fprintf(stderr, "ctl_client: KVFS_TEST_GPU=cuda needs a build "
+			"with CUDA\n");
+		return 2;
+	}
 	if (!mnt || !ns) {
 		fprintf(stderr, "ctl_client: set KVFS_MNT and KVFS_NS\n");
 		return 2;

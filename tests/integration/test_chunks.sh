@@ -6,8 +6,14 @@
 # The checks run on SSD-only blocks (written, then a remount). Then the
 # same for prefixes written as HIDDEN blocks to namespaces with a
 # checkpoint, stored as hidden states (hid) or split (hmix): chunks come
-# back as a full read of the file has them.
+# back as a full read of the file has them. The device tier is shm, or
+# cuda with KVFS_TEST_GPU=cuda (make test-gpu on a GPU host, make
+# test-gpu-emu against the cudart stand-in): chunks are then staged in host
+# memory and copied into the client's cudaMalloc'ed memory.
 . "$(dirname "$0")/lib.sh"
+
+backend=shm
+[ "${KVFS_TEST_GPU:-}" = cuda ] && backend=cuda
 
 CLIENT=$BIN/../itests/chunks_client
 CK=$T_DIR/ck
@@ -17,7 +23,7 @@ t_check "generate the checkpoint of the hidden-state namespaces" "$CLIENT" hsetu
 kvfs_mkfs 128M
 {
 	printf '[daemon]\nflush_ms = 100\n\n[tier.dram]\ncapacity = 16M\n\n'
-	printf '[tier.gpu]\nbackend = shm\ncapacity = 32M\n\n'
+	printf '[tier.gpu]\nbackend = %s\ncapacity = 32M\n\n' "$backend"
 	printf '[chunks]\ndram_capacity = 4M\ngpu_capacity = 1M\n\n'
 	for ns in c16:bf16 h16:f16 f32:f32 f8:f8_e4m3; do
 		printf '[namespace %s]\nlayers = 4\nkv_heads = 2\nhead_dim = 128\n' "${ns%%:*}"
@@ -38,7 +44,7 @@ t_check "write the hidden-state prefixes" "$CLIENT" hwrite "$MNT"
 t_check "hid keeps hidden states" test "$(getfattr --absolute-names --only-values -n user.kvfs.stored_as \
 	"$MNT/hid/$(ls "$MNT/hid" | head -n1)")" = hidden
 t_check "unmount" kvfs_unmount
-t_check "remount: the blocks are on the SSD only" kvfs_mount
+t_check "remount with the $backend device tier: the blocks are on the SSD only" kvfs_mount
 t_check "a block reports ssd only" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier \
 	"$MNT/c16/$(ls "$MNT/c16" | head -n1)")" = ssd
 t_cmocka chunks "$CLIENT" check "$MNT"
