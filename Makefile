@@ -164,11 +164,15 @@ $(LIB): $(LIB_OBJS)
 $(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl: $(LIBKVFS_A)
 
 # The tiny checkpoints and double-precision reference of the restoration
-# tests, shared by the CPU and the GPU suites and the chunk reads of
-# hidden-state blocks (unit and integration).
-$(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda \
-	$(BUILD)/tests/test_chunk $(BUILD)/itests/chunks_client: \
-	$(BUILD)/obj/tests/unit/ckpt_ref.o
+# tests, shared by the CPU and the GPU suites, the chunk reads of
+# hidden-state blocks (unit and integration) and the HCache mount test.
+# ckpt_ref.o follows the archive in $^: the archive comes again for what
+# only ckpt_ref.o needs from it (the suites' loader and log).
+CKPT_REF_USERS := $(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda \
+	$(BUILD)/tests/test_chunk $(BUILD)/itests/chunks_client \
+	$(BUILD)/itests/hcache_client
+$(CKPT_REF_USERS): $(BUILD)/obj/tests/unit/ckpt_ref.o
+$(CKPT_REF_USERS): TEST_LIBS += $(LIB)
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:

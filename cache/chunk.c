@@ -30,6 +30,18 @@
  * Copies in and out of the device pool and the SSD read happen without the
  * lock: a piece being read is pinned (a dead piece is freed by its last
  * pin), a piece being filled is not ready (lookups treat it as a miss).
+ *
+ * Joins: a piece a speculative load is reading has a flight (struct
+ * cflight) on its chunk's score from the moment the load decides to read
+ * it until that read has been checked and offered to the cache. A request
+ * that misses the cache on such a piece puts itself on the flight's
+ * waiter list instead of reading the piece again; resolving the flight
+ * (read done, failed, or the block forgotten) moves each waiter onto its
+ * request's ready list and wakes st->flight_cond. The request then takes
+ * the piece from the cache like a hit, or reads it itself if it is not
+ * there. Only speculative loads own flights and only other requests wait,
+ * and a load resolves every flight it owns before it returns, so a wait
+ * always ends.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -52,6 +64,8 @@ enum { CSET_GPU = 0, CSET_DRAM = 1, CSET_N = 2 };
 #define RENORM_EXP 64
 
 struct centry;
+struct cflight;
+struct pw;
 
 /* The score of one chunk of one block; guarded by st->lock. */
 struct cscore {
@@ -62,7 +76,20 @@ struct cscore {
 	bool dirty;            /* not yet in LMDB */
 	uint64_t wtick;        /* st->tick_total when LMDB last matched */
 	struct centry *pieces; /* cached pieces of this chunk (via snext) */
+	struct cflight *flights; /* pieces of it speculative loads read */
 	struct cscore *hnext;
+};
+
+/*
+ * A piece a speculative load is reading from the SSD; guarded by
+ * st->lock. Owned (allocated and freed) by that load's request; linked on
+ * its score until resolved.
+ */
+struct cflight {
+	struct cscore *sc;     /* NULL once resolved */
+	uint32_t layer;
+	struct pw *waiters;    /* requests' pieces waiting (via pw.wnext) */
+	struct cflight *next;  /* in sc->flights */
 };
 
 /* One cached piece; guarded by st->lock. */
@@ -124,6 +151,15 @@ struct kvfs_chunk_state {
 	atomic_uint_least64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
 	atomic_uint_least64_t bytes_missed; /* wanted bytes the SSD served */
 	atomic_uint_least64_t spec_loaded, spec_used, evictions, demotions;
+	atomic_uint_least64_t prefetch_joined;
+
+	/* Broadcast, with st->lock, whenever a flight with waiters is
+	 * resolved.
+	 */
+	pthread_cond_t flight_cond;
+	/* Tests only (kvfs_chunk_set_hook): set while no read runs. */
+	kvfs_chunk_hook *hook;
+	void *hook_arg;
 };
 
 /* ------------------------------------------------------------- geometry */
@@ -898,7 +934,238 @@ struct pw {
 	bool direct;        /* read straight into its destination */
 	bool proj;          /* stored as hidden states: K and V are
 			     * projected from them */
+	/* A speculative load's piece: the flight its read owns (fl_own).
+	 * Another request's: the flight it waits for (join), until that is
+	 * resolved (then NULL). fl and wnext are guarded by st->lock while
+	 * the piece is on the flight's waiter list.
+	 */
+	struct cflight *fl;
+	struct join *jn;    /* join: its request's waits */
+	struct pw *wnext;   /* join: the flight's next waiter */
+	bool fl_own;
+	bool join;          /* waits for a speculative load's read */
+	bool refetch;       /* join: not in the cache after all, read it */
 };
+
+/*
+ * A request's pieces that wait for speculative loads' reads. The request
+ * owns it; flights append to @ready when they resolve.
+ */
+struct join {
+	struct kvfs_cache *c;
+	struct kvfs_chunk_piece *p;
+	struct pw *pw;
+	size_t *ready;        /* pieces whose flight resolved, in order;
+			       * appended under st->lock */
+	atomic_size_t nready; /* entries in @ready; written under st->lock */
+	size_t taken;         /* of @ready, handled (the request's thread) */
+	size_t waiting;       /* joins not cancelled (the request's thread,
+			       * under st->lock) */
+	bool client;
+	struct kvfs_chunk_result *res;
+	kvfs_chunk_cb *cb;
+	void *arg;
+};
+
+/* Caller holds st->lock. The flight of (@s, @layer), or NULL. */
+static struct cflight *flight_find(struct cscore *s, uint32_t layer)
+{
+	for (struct cflight *f = s ? s->flights : NULL; f; f = f->next)
+		if (f->layer == layer)
+			return f;
+	return NULL;
+}
+
+/* Caller holds st->lock. A new flight on @s; NULL on ENOMEM (nobody can
+ * join that read then).
+ */
+static struct cflight *flight_new(struct cscore *s, uint32_t layer)
+{
+	struct cflight *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->sc = s;
+	f->layer = layer;
+	f->next = s->flights;
+	s->flights = f;
+	return f;
+}
+
+/*
+ * Caller holds st->lock. The load's read of @f is over: whatever it
+ * brought is in the cache now, or never will be. Unlink it and hand each
+ * waiter to its request's ready list. Idempotent. Whether anyone waited:
+ * the caller then broadcasts st->flight_cond.
+ */
+static bool flight_resolve(struct cflight *f)
+{
+	struct cflight **pp;
+	bool woke = f->waiters != NULL;
+
+	if (!f->sc)
+		return false;
+	for (pp = &f->sc->flights; *pp && *pp != f; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = f->next;
+	f->sc = NULL;
+	while (f->waiters) {
+		struct pw *w = f->waiters;
+		struct join *j = w->jn;
+		size_t k = atomic_load(&j->nready);
+
+		f->waiters = w->wnext;
+		w->wnext = NULL;
+		w->fl = NULL;
+		j->ready[k] = (size_t)(w - j->pw);
+		atomic_store(&j->nready, k + 1);
+	}
+	return woke;
+}
+
+/* Caller holds st->lock. Piece @w stops waiting (a block's own copy
+ * served it, or the request gives up). If its flight resolved already it
+ * is on the ready list, where it is skipped.
+ */
+static void join_leave(struct join *j, struct pw *w)
+{
+	struct pw **pp;
+
+	if (!w->fl)
+		return;
+	for (pp = &w->fl->waiters; *pp && *pp != w; pp = &(*pp)->wnext)
+		;
+	if (*pp)
+		*pp = w->wnext;
+	w->fl = NULL;
+	w->wnext = NULL;
+	j->waiting--;
+}
+
+/*
+ * Resolve the flights that the pieces @idx[0..@n) (all of 0..@n with @idx
+ * NULL) of a speculative load own, and with @drop free them: the load is
+ * done with them.
+ */
+static void flights_settle(struct kvfs_chunk_state *st, struct pw *pw,
+			   const size_t *idx, size_t n, bool drop)
+{
+	bool any = false, wake = false;
+
+	for (size_t k = 0; k < n && !any; k++)
+		any = pw[idx ? idx[k] : k].fl_own;
+	if (!any)
+		return;
+	pthread_mutex_lock(&st->lock);
+	for (size_t k = 0; k < n; k++) {
+		struct pw *w = &pw[idx ? idx[k] : k];
+
+		if (!w->fl_own)
+			continue;
+		wake |= flight_resolve(w->fl);
+		if (drop) {
+			free(w->fl);
+			w->fl = NULL;
+			w->fl_own = false;
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (wake)
+		pthread_cond_broadcast(&st->flight_cond);
+}
+
+/*
+ * Deliver the joined pieces whose loads are done: from the chunk cache,
+ * where the load put them verified, exactly like a hit (pinned under the
+ * lock, copied without it). One that is not there (the load failed, or
+ * the cache did not keep the piece) is marked for a read of its own.
+ * With @wait, until every join is handled; otherwise only those ready now
+ * (called between the request's own reads, without blocking).
+ */
+static void join_take(struct join *j, bool wait)
+{
+	struct kvfs_cache *c = j->c;
+	struct kvfs_chunk_state *st = c->chunks;
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+
+	while (j->taken < j->waiting) {
+		size_t from, to;
+
+		if (!wait && atomic_load(&j->nready) == j->taken)
+			return;
+		pthread_mutex_lock(&st->lock);
+		while (atomic_load(&j->nready) == j->taken &&
+		       j->taken < j->waiting)
+			pthread_cond_wait(&st->flight_cond, &st->lock);
+		from = j->taken;
+		to = atomic_load(&j->nready);
+		for (size_t k = from; k < to; k++) {
+			size_t i = j->ready[k];
+			struct kvfs_chunk_piece *p = &j->p[i];
+			struct pw *w = &j->pw[i];
+			struct centry *e;
+
+			if (!w->todo)
+				continue;
+			e = piece_find(score_find(st, p->b->pn.key, p->chunk),
+				       p->layer, true);
+			if (!e) {
+				w->refetch = true;
+				continue;
+			}
+			e->pins++;
+			w->e = e;
+			e->seq = ++st->seq;
+			heap_fix(&st->heap[e->set], e);
+			if (e->spec) {
+				e->spec = false;
+				p->spec = 1;
+				atomic_fetch_add(&st->spec_used, 1);
+			}
+		}
+		j->taken = to;
+		pthread_mutex_unlock(&st->lock);
+
+		for (size_t k = from; k < to; k++) {
+			size_t i = j->ready[k];
+			struct kvfs_chunk_piece *p = &j->p[i];
+			struct pw *w = &j->pw[i];
+			struct centry *e = w->e;
+			int rc;
+
+			if (!e)
+				continue;
+			/* host and ext never change once a piece is ready. */
+			if (e->host)
+				rc = copy_out(p->dst, e->host, e->len, j->client);
+			else
+				rc = pool_out(gpu, &e->ext, 0, p->dst, e->len,
+					      j->client);
+			if (rc) {
+				w->refetch = true;
+				continue;
+			}
+			p->from = KVFS_CHUNK_FROM_CACHE;
+			w->todo = false;
+			j->res->joined++;
+			atomic_fetch_add(&st->prefetch_joined, 1);
+			if (j->cb)
+				j->cb(j->arg, i);
+		}
+		pthread_mutex_lock(&st->lock);
+		for (size_t k = from; k < to; k++) {
+			struct pw *w = &j->pw[j->ready[k]];
+
+			if (w->e)
+				entry_put(c, w->e);
+			w->e = NULL;
+		}
+		pthread_mutex_unlock(&st->lock);
+		if (!wait)
+			return;
+	}
+}
 
 /* Per distinct block. */
 struct bw {
@@ -1214,6 +1481,7 @@ struct rd {
 	struct ins *ins;     /* room for the pieces of one read */
 	struct iovec *iov;   /* the direct reads' iovecs */
 	struct prj *pj;      /* projections of hidden-state pieces */
+	struct join *jn;     /* pieces waiting for speculative loads */
 	bool spec, client;
 	kvfs_chunk_cb *cb;
 	void *arg;
@@ -1271,9 +1539,17 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 	struct rd *d = arg;
 	struct kvfs_cache *c = d->c;
 	const struct rng *r = &d->r[io - d->io];
+	struct kvfs_chunk_state *st = c->chunks;
 	uint8_t *kv = NULL;
 	size_t nins = 0, nkv = 0;
 
+	if (st->hook) {
+		struct kvfs_chunk_hook_ev ev = {
+			.spec = d->spec, .res = &io->res,
+			.buf = io->iov ? NULL : io->buf, .len = io->len };
+
+		st->hook(st->hook_arg, KVFS_CHUNK_HOOK_READ, &ev);
+	}
 	for (size_t j = 0; j < r->n; j++) {
 		size_t i = d->ord[r->first + j];
 		struct kvfs_chunk_piece *p = &d->p[i];
@@ -1369,6 +1645,16 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 	}
 	cache_insert(c, d->ins, nins);
 	free(kv);
+	/* What this read brought is in the cache now (or failed): requests
+	 * waiting for it go on.
+	 */
+	if (d->spec)
+		flights_settle(st, d->pw, d->ord + r->first, r->n, false);
+	/* Between our own reads, hand over joined pieces already loaded, so
+	 * that their layers are not held back until the batch ends.
+	 */
+	if (d->jn)
+		join_take(d->jn, false);
 }
 
 /*
@@ -1378,19 +1664,21 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
  * adjacent on disk share one read, vectored within a layer, and across
  * layers only where memory is adjacent too. The others are read into a
  * scratch buffer through merged, 4 KiB-rounded ranges and copied out once
- * checked. Each read is checked and delivered as soon as it completes.
+ * checked. Each read is checked and delivered as soon as it completes;
+ * after each, the pieces of @jn (may be NULL) whose loads are done are
+ * delivered too.
  */
 static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
 		    bool spec, bool client, struct ins *ins, struct prj *pj,
-		    struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
-		    void *arg)
+		    struct join *jn, struct kvfs_chunk_result *res,
+		    kvfs_chunk_cb *cb, void *arg)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
 	struct rd d = { .c = c, .p = p, .pw = pw, .bw = bw, .ins = ins,
-			.pj = pj, .spec = spec, .client = client, .cb = cb,
-			.arg = arg };
+			.pj = pj, .jn = jn, .spec = spec, .client = client,
+			.cb = cb, .arg = arg };
 	struct kvfs_extent *ex = NULL;
 	size_t nr = 0, nd = 0, m, *cnt = NULL;
 	uint64_t total = 0;
@@ -1670,11 +1958,13 @@ static bool kv_image(struct kvfs_block *b)
 
 /* Serve what the chunk cache holds. Pins taken under the lock, bytes
  * copied without it. DRAM hits that may move up are queued in @ins (with
- * their pin); every other pin is dropped.
+ * their pin); every other pin is dropped. With @jn (not for speculative
+ * requests), a miss on a piece a speculative load is reading joins that
+ * read.
  */
 static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			struct pw *pw, size_t n, bool spec, bool client,
-			struct ins *ins, size_t *nins,
+			struct join *jn, struct ins *ins, size_t *nins,
 			struct kvfs_chunk_result *res)
 {
 	struct kvfs_chunk_state *st = c->chunks;
@@ -1705,6 +1995,7 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
+		struct cflight *fl;
 		struct cscore *s;
 		struct centry *e;
 
@@ -1712,6 +2003,16 @@ static void serve_cache(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 			continue;
 		s = score_find(st, p[i].b->pn.key, p[i].chunk);
 		e = piece_find(s, p[i].layer, true);
+		if (!e && jn && (fl = flight_find(s, p[i].layer)) &&
+		    !(pw[i].proj && kv_image(p[i].b))) {
+			pw[i].fl = fl;
+			pw[i].jn = jn;
+			pw[i].join = true;
+			pw[i].wnext = fl->waiters;
+			fl->waiters = &pw[i];
+			jn->waiting++;
+			continue;
+		}
 		if (!e || (pw[i].proj && kv_image(p[i].b)))
 			continue;
 		e->pins++;
@@ -1928,9 +2229,10 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	struct kc *kc = NULL;
 	struct ins *ins = NULL;
 	struct prj pj = { .st = st };
+	struct join jn = { 0 };
 	uint8_t *kv = NULL;
-	size_t nb = 0, nkc = 0, nins = 0, nkv = 0;
-	int rc, worst = 0;
+	size_t nb = 0, nkc = 0, nins = 0, nkv = 0, nref = 0;
+	int rc, rc2, worst = 0;
 
 	if (!res)
 		res = &r0;
@@ -1955,10 +2257,18 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	bw = calloc(n, sizeof(*bw));
 	kc = calloc(n, sizeof(*kc));
 	ins = calloc(n, sizeof(*ins));
-	if (!pw || !bs || !bw || !kc || !ins) {
+	jn.ready = spec ? NULL : calloc(n, sizeof(*jn.ready));
+	if (!pw || !bs || !bw || !kc || !ins || (!spec && !jn.ready)) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
+	jn.c = c;
+	jn.p = p;
+	jn.pw = pw;
+	jn.client = client;
+	jn.res = res;
+	jn.cb = cb;
+	jn.arg = arg;
 	rc = check_pieces(p, n, spec, pw);
 	if (rc)
 		goto out_free;
@@ -2000,7 +2310,8 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	scores_ensure(c, kc, nkc);
 
-	serve_cache(c, p, pw, n, spec, client, ins, &nins, res);
+	serve_cache(c, p, pw, n, spec, client, spec ? NULL : &jn, ins, &nins,
+		    res);
 	/* Room for the pieces a DRAM copy of hidden states may project. */
 	for (size_t i = 0; i < n; i++)
 		nkv += pw[i].todo && pw[i].proj &&
@@ -2011,11 +2322,22 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	serve_blocks(c, p, pw, n, bw, nb, spec, client, &pj, kv, nkv, ins,
 		     &nins, res);
+	if (jn.waiting) {
+		/* Joined pieces a block's own copy served wait no more. */
+		pthread_mutex_lock(&st->lock);
+		for (size_t i = 0; i < n; i++)
+			if (pw[i].join && !pw[i].todo)
+				join_leave(&jn, &pw[i]);
+		pthread_mutex_unlock(&st->lock);
+	}
 	for (size_t i = 0; i < n && cb; i++)
 		if (p[i].from)
 			cb(arg, i);
 
-	/* A speculative piece is worth a read only if it would be kept. */
+	/* A speculative piece is worth a read only if it would be kept, and
+	 * only one load reads it; the requests that need it meanwhile wait
+	 * for that read (its flight).
+	 */
 	if (spec) {
 		pthread_mutex_lock(&st->lock);
 		for (size_t i = 0; i < n; i++) {
@@ -2025,32 +2347,78 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 				continue;
 			s = score_find(st, p[i].b->pn.key, p[i].chunk);
 			if (!would_cache(c, s ? score_s(s) : 0,
-					 (uint32_t)pw[i].len))
+					 (uint32_t)pw[i].len) ||
+			    flight_find(s, p[i].layer)) {
 				pw[i].todo = false;
+				continue;
+			}
+			if (s && (pw[i].fl = flight_new(s, p[i].layer)))
+				pw[i].fl_own = true;
 		}
 		pthread_mutex_unlock(&st->lock);
 	}
 	for (size_t i = 0; i < n; i++)
-		if (pw[i].todo) {
+		if (pw[i].todo && !pw[i].join) {
 			pw[i].ssd = true;
 			bw[pw[i].blk].ssd = true;
 			atomic_fetch_add(&st->bytes_missed, pw[i].len);
 		}
+	if (jn.waiting && st->hook) {
+		struct kvfs_chunk_hook_ev ev = { .joined = jn.waiting };
+
+		st->hook(st->hook_arg, KVFS_CHUNK_HOOK_JOIN, &ev);
+	}
 	/* serve_cache's promotions and serve_blocks' projections first:
 	 * read_ssd reuses the array.
 	 */
 	cache_insert(c, ins, nins);
 	free(kv);
 	kv = NULL;
-	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj, res, cb,
-		      arg);
-
-	for (size_t i = 0; i < n; i++) {
+	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj,
+		      jn.waiting ? &jn : NULL, res, cb, arg);
+	for (size_t i = 0; i < n; i++)
 		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)
 			p[i].err = rc;
+	/* Every flight this load owns is resolved before it returns. */
+	if (spec)
+		flights_settle(st, pw, NULL, n, true);
+
+	/*
+	 * The joins: wait for the loads still reading, then read for
+	 * ourselves what they did not leave in the cache. The first batch's
+	 * state is reset, so that blocks read whole then (for want of a CRC
+	 * table) are checked again, or read sparsely with the table that
+	 * check left.
+	 */
+	if (jn.waiting) {
+		join_take(&jn, true);
+		for (size_t k = 0; k < nb; k++) {
+			bw[k].ssd = false;
+			bw[k].whole = false;
+			bw[k].checked = false;
+		}
+		for (size_t i = 0; i < n; i++) {
+			pw[i].ssd = pw[i].refetch && pw[i].todo;
+			if (!pw[i].ssd)
+				continue;
+			bw[pw[i].blk].ssd = true;
+			atomic_fetch_add(&st->bytes_missed, pw[i].len);
+			nref++;
+		}
+	}
+	if (nref) {
+		rc2 = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj,
+			       NULL, res, cb, arg);
+		for (size_t i = 0; i < n; i++)
+			if (rc2 && pw[i].ssd && pw[i].todo && !p[i].err)
+				p[i].err = rc2;
+		if (!rc)
+			rc = rc2;
+	}
+
+	for (size_t i = 0; i < n; i++)
 		if (err_rank(p[i].err) > err_rank(worst))
 			worst = p[i].err;
-	}
 	if (!rc)
 		rc = worst;
 	atomic_fetch_add(&st->bytes_wanted, res->bytes_wanted);
@@ -2058,6 +2426,16 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	atomic_fetch_add(&st->ssd_reads, res->ssd_reads);
 	atomic_fetch_add(&st->mem_hits, res->mem_hits);
 out_close:
+	/* Every path out leaves no wait and no flight behind. */
+	if (jn.waiting) {
+		pthread_mutex_lock(&st->lock);
+		for (size_t i = 0; i < n; i++)
+			if (pw[i].join)
+				join_leave(&jn, &pw[i]);
+		pthread_mutex_unlock(&st->lock);
+	}
+	if (spec)
+		flights_settle(st, pw, NULL, n, true);
 	prj_release(&pj);
 	free(kv);
 	for (size_t k = 0; k < nb; k++) {
@@ -2072,6 +2450,7 @@ out_free:
 	free(bw);
 	free(kc);
 	free(ins);
+	free(jn.ready);
 	return rc;
 }
 
@@ -2109,7 +2488,7 @@ int kvfs_chunk_score(struct kvfs_cache *c, struct kvfs_block *b,
 	}
 	if (atomic_load(&b->flags) & KVFS_B_DELETED) {
 		/* kvfs_chunk_forget may have run already: no new score. */
-		if (!s->pieces)
+		if (!s->pieces && !s->flights)
 			score_remove(st, s);
 		pthread_mutex_unlock(&st->lock);
 		return 0;
@@ -2255,7 +2634,8 @@ static void flush_settle(struct kvfs_cache *c, struct frec *v, size_t n,
 			continue;
 		if (failed || v[k].state == FR_UNWRITTEN)
 			s->dirty = true;
-		else if (v[k].state == FR_GONE && !s->dirty && !s->pieces)
+		else if (v[k].state == FR_GONE && !s->dirty && !s->pieces &&
+			 !s->flights)
 			score_remove(st, s);
 	}
 	pthread_mutex_unlock(&st->lock);
@@ -2372,6 +2752,7 @@ int kvfs_chunk_init(struct kvfs_cache *c)
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->scratch_lock, NULL);
 	pthread_mutex_init(&st->ws_lock, NULL);
+	pthread_cond_init(&st->flight_cond, NULL);
 	st->cap[CSET_DRAM] = c->conf.chunk_dram;
 	st->cap[CSET_GPU] = gpu && c->gops ? c->conf.chunk_gpu : 0;
 	if (c->conf.chunk_gpu && !st->cap[CSET_GPU])
@@ -2418,6 +2799,7 @@ void kvfs_chunk_release(struct kvfs_cache *c)
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->scratch_lock);
 	pthread_mutex_destroy(&st->ws_lock);
+	pthread_cond_destroy(&st->flight_cond);
 	kvfs_restore_ws_free(st->ws);
 	free(st->scratch);
 	free(st);
@@ -2427,6 +2809,7 @@ void kvfs_chunk_release(struct kvfs_cache *c)
 void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	struct kvfs_chunk_state *st = c->chunks;
+	bool wake = false;
 	uint32_t nc;
 
 	if (!st || !b)
@@ -2440,8 +2823,15 @@ void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b)
 			continue;
 		while (s->pieces)
 			entry_unlink(c, s->pieces);
+		/* Loads still reading its pieces will not cache them (the
+		 * block is deleted): their waiters read for themselves.
+		 */
+		while (s->flights)
+			wake |= flight_resolve(s->flights);
 		score_remove(st, s);
 	}
+	if (wake)
+		pthread_cond_broadcast(&st->flight_cond);
 	for (struct ccrc_todo **pp = &st->todo; *pp;) {
 		struct ccrc_todo *x = *pp;
 
@@ -2480,4 +2870,16 @@ void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *o)
 	o->spec_used = atomic_load(&st->spec_used);
 	o->evictions = atomic_load(&st->evictions);
 	o->demotions = atomic_load(&st->demotions);
+	o->prefetch_joined = atomic_load(&st->prefetch_joined);
+}
+
+void kvfs_chunk_set_hook(struct kvfs_cache *c, kvfs_chunk_hook *fn,
+			 void *arg)
+{
+	struct kvfs_chunk_state *st = c->chunks;
+
+	if (!st)
+		return;
+	st->hook = fn;
+	st->hook_arg = arg;
 }

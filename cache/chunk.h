@@ -35,8 +35,12 @@
  *
  * Locking: the chunk cache has its own mutex (inside c->chunks), taken
  * after c->meta_lock and b->io_lock and before b->lock; it is never held
- * across an SSD read or a copy into the caller's memory. Every function
- * here may be called from any thread.
+ * across an SSD read or a copy into the caller's memory. A request may
+ * block (on that mutex's condition variable, holding nothing a load
+ * blocks on: loads only try the shared buffers' locks) until a
+ * speculative load's read of a piece it needs is done; speculative loads
+ * never block on requests. Every function here
+ * may be called from any thread.
  */
 #ifndef KVFS_CACHE_CHUNK_H
 #define KVFS_CACHE_CHUNK_H
@@ -73,6 +77,13 @@ struct kvfs_chunk_result {
 	uint32_t ssd_reads;    /* read operations after coalescing */
 	uint32_t mem_hits;     /* pieces served from memory */
 	uint32_t spec_hits;    /* of those, from a speculative load */
+	/* Pieces a speculative load was still reading when asked for: the
+	 * request waited for that read and took the piece from the chunk
+	 * cache. Counted in neither mem_hits nor bytes_read (the load's
+	 * read is not this request's); a piece whose load failed or was not
+	 * cached is read again and counted as any SSD piece.
+	 */
+	uint32_t joined;
 };
 
 enum kvfs_chunk_flags {
@@ -121,7 +132,16 @@ void kvfs_chunk_release(struct kvfs_cache *c);
  * layer-chunk loads, however the engine splits them into calls.
  * With KVFS_CHUNK_SPECULATIVE a piece that is in no memory is read only if
  * the chunk cache would admit it now (its score beats a full set's
- * lowest); p[i].from stays 0 for one that is skipped.
+ * lowest), and not if another speculative load is reading it already;
+ * p[i].from stays 0 for one that is skipped.
+ * A non-speculative request that needs a piece a speculative load is
+ * reading right now joins that read instead of issuing its own: it reads
+ * its other pieces meanwhile, then waits for the load to offer the piece
+ * to the chunk cache and takes the cached, CRC-verified bytes
+ * (p[i].from = KVFS_CHUNK_FROM_CACHE, p[i].spec = 1, counted in
+ * res->joined). If the load failed (I/O error, CRC mismatch) or the piece
+ * did not stay in the cache, the request reads it itself. The wait is
+ * bounded by the load's own reads; a speculative request never waits.
  * @res may be NULL.
  */
 int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
@@ -183,7 +203,9 @@ size_t kvfs_chunk_ncrcs(const struct kvfs_block *b);
 /* Introspection for tests and stats. Counters are since start;
  * evictions are pieces dropped from memory, demotions pieces moved from
  * the device set to DRAM; spec_loaded counts speculative pieces cached,
- * spec_used those an engine request used afterwards.
+ * spec_used those an engine request used afterwards, from the cache
+ * (also in mem_hits) or by waiting for their load (prefetch_joined, in
+ * neither mem_hits nor bytes_missed).
  */
 struct kvfs_chunk_stats {
 	uint64_t dram_used, dram_capacity, dram_pieces;
@@ -191,6 +213,7 @@ struct kvfs_chunk_stats {
 	uint64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
 	uint64_t bytes_missed; /* of bytes_wanted, those read from the SSD */
 	uint64_t spec_loaded, spec_used, evictions, demotions;
+	uint64_t prefetch_joined;
 };
 void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *st);
 /* Score of (b, chunk): I, F and S = I * F (each pointer may be NULL);
@@ -210,5 +233,32 @@ enum kvfs_chunk_where {
 };
 int kvfs_chunk_where(struct kvfs_cache *c, struct kvfs_block *b,
 		     uint32_t layer, uint32_t chunk);
+
+/*
+ * Tests only: a hook the read path calls, to hold a read in flight, fail
+ * it or damage its bytes deterministically. KVFS_CHUNK_HOOK_READ: an SSD
+ * read has completed and its pieces are about to be checked; the hook
+ * may change *@res (0 or -errno) and the bytes at @buf (NULL for a read
+ * vectored into several destinations), and may block: the rest of that
+ * batch waits. KVFS_CHUNK_HOOK_JOIN: a request is about to read its
+ * other pieces and then wait for @joined pieces speculative loads are
+ * reading. Both run on the reading thread with no lock of the chunk cache
+ * held. Set @fn (NULL to clear) only while no read runs.
+ */
+enum kvfs_chunk_hook_kind {
+	KVFS_CHUNK_HOOK_READ = 1,
+	KVFS_CHUNK_HOOK_JOIN = 2,
+};
+struct kvfs_chunk_hook_ev {
+	int spec;        /* READ: the read is a speculative load's */
+	int *res;        /* READ: the read's result */
+	void *buf;       /* READ: its bytes, or NULL */
+	uint64_t len;    /* READ: bytes at @buf */
+	size_t joined;   /* JOIN: pieces the request waits for */
+};
+typedef void kvfs_chunk_hook(void *arg, int kind,
+			     const struct kvfs_chunk_hook_ev *ev);
+void kvfs_chunk_set_hook(struct kvfs_cache *c, kvfs_chunk_hook *fn,
+			 void *arg);
 
 #endif

@@ -585,6 +585,11 @@ struct pass_res {
 	uint64_t wanted, read, pieces, pieces_after_spec, mem_hits, spec_hits;
 	uint64_t ssd_reads, batches, load_ns, stall_ns, wall_ns;
 	uint64_t st_read, st_wanted, st_spec_loaded, st_spec_used;
+	/* Pieces requests took by waiting for a speculative read still in
+	 * flight: STATS' spec_used counts them with the responses'
+	 * spec_hits, which do not.
+	 */
+	uint64_t joined;
 };
 
 static int cmd_pass(const struct opts *o, const char *mnt, const char *ns)
@@ -751,6 +756,8 @@ static int cmd_pass(const struct opts *o, const char *mnt, const char *ns)
 	r.st_wanted = st1.chunk_bytes_wanted - st0.chunk_bytes_wanted;
 	r.st_spec_loaded = st1.spec_loaded - st0.spec_loaded;
 	r.st_spec_used = st1.spec_used - st0.spec_used;
+	r.joined = r.st_spec_used > r.spec_hits ? r.st_spec_used - r.spec_hits
+						: 0;
 
 	printf("R sys=%s tokens=%u budget=%g pf=%d compute_us=%u period=%u "
 	       "sp=%u k=%u needed=%" PRIu64 " wanted=%" PRIu64
@@ -758,7 +765,7 @@ static int cmd_pass(const struct opts *o, const char *mnt, const char *ns)
 	       " batches=%" PRIu64 " pieces=%" PRIu64 " pieces_spec=%" PRIu64
 	       " mem_hits=%" PRIu64 " spec_hits=%" PRIu64
 	       " spec_loaded=%" PRIu64 " spec_used=%" PRIu64
-	       " load_ns=%" PRIu64 " stall_ns=%" PRIu64 " wall_ns=%" PRIu64
+	       " joined=%" PRIu64 " load_ns=%" PRIu64 " stall_ns=%" PRIu64 " wall_ns=%" PRIu64
 	       " overlap=%.4f rho=%.4f\n",
 	       o->sys == SYS_CKV ? "ckv" : o->sys == SYS_IMPRESS ? "impress" :
 								  "full",
@@ -768,7 +775,7 @@ static int cmd_pass(const struct opts *o, const char *mnt, const char *ns)
 	       (uint64_t)(o->sys == SYS_FULL ? m : k) * cb * o->layers,
 	       r.wanted, r.read, r.st_read, r.ssd_reads, r.batches, r.pieces,
 	       r.pieces_after_spec, r.mem_hits, r.spec_hits, r.st_spec_loaded,
-	       r.st_spec_used, r.load_ns, r.stall_ns, r.wall_ns, ov, rho);
+	       r.st_spec_used, r.joined, r.load_ns, r.stall_ns, r.wall_ns, ov, rho);
 out:
 	if (rc)
 		fprintf(stderr, "bench_chunks: pass failed: %s\n",
@@ -832,7 +839,7 @@ struct row {
 	double budget, k;
 	double needed, wanted, read, st_read, ssd_reads, batches, pieces;
 	double pieces_spec, mem_hits, spec_hits, load_ns, stall_ns, wall_ns;
-	double overlap, spec_loaded;
+	double overlap, spec_loaded, joined;
 };
 
 static struct row rows[MAX_ROWS];
@@ -884,6 +891,9 @@ static void parse_line(const char *line)
 	r->mem_hits = field(line, "mem_hits");
 	r->spec_hits = field(line, "spec_hits");
 	r->spec_loaded = field(line, "spec_loaded");
+	r->joined = field(line, "joined");
+	if (isnan(r->joined))
+		r->joined = 0; /* a result line from before joins */
 	r->load_ns = field(line, "load_ns");
 	r->stall_ns = field(line, "stall_ns");
 	r->wall_ns = field(line, "wall_ns");
@@ -959,12 +969,14 @@ static void table_stall(FILE *sf, const uint32_t *toks, int nt,
 	printf("\n[7c] engine stall with a simulated compute of %.1f ms per "
 	       "layer (ms waiting for KV over all\n     layers), without and "
 	       "with period prefetching; hit = spec_hits / pieces requested\n"
-	       "     after a speculating period; ovl = the sets' overlap; "
-	       "waste = speculative SSD bytes no request used\n",
+	       "     after a speculating period; join = pieces taken by "
+	       "waiting for a speculative read\n     in flight, of the same; "
+	       "ovl = the sets' overlap; waste = speculative SSD\n     bytes "
+	       "no request used\n",
 	       (double)cur_compute / 1000);
-	printf("  %-7s %-6s %8s %8s %8s %8s %7s %6s %6s %9s %9s\n", "prefix",
-	       "budget", "CKV", "CKV+pf", "IMP", "IMP+pf", "pf gain", "hit",
-	       "ovl", "waste MiB", "IMP/CKV+pf");
+	printf("  %-7s %-6s %8s %8s %8s %8s %7s %6s %6s %6s %9s %9s\n",
+	       "prefix", "budget", "CKV", "CKV+pf", "IMP", "IMP+pf", "pf gain",
+	       "hit", "join", "ovl", "waste MiB", "IMP/CKV+pf");
 	for (int t = 0; t < nt; t++)
 		for (int b = 0; b < nb; b++) {
 			double bu = budgets[b];
@@ -974,13 +986,16 @@ static void table_stall(FILE *sf, const uint32_t *toks, int nt,
 			double sip = AGG("impress", toks[t], bu, 1, stall_ns);
 			double hit = AGG("ckv", toks[t], bu, 1, spec_hits) /
 				     AGG("ckv", toks[t], bu, 1, pieces_spec);
+			double jn = AGG("ckv", toks[t], bu, 1, joined) /
+				    AGG("ckv", toks[t], bu, 1, pieces_spec);
 			double ov = AGG("ckv", toks[t], bu, 1, overlap);
 			/* Speculative bytes (all from the SSD) less the
 			 * pieces requests then found there.
 			 */
 			double sx = AGG("ckv", toks[t], bu, 1, st_read) -
 				    AGG("ckv", toks[t], bu, 1, read) -
-				    AGG("ckv", toks[t], bu, 1, spec_hits) *
+				    (AGG("ckv", toks[t], bu, 1, spec_hits) +
+				     AGG("ckv", toks[t], bu, 1, joined)) *
 					    AGG("ckv", toks[t], bu, 1, wanted) /
 					    AGG("ckv", toks[t], bu, 1, pieces);
 			char b1[32], b2[32], vs[32];
@@ -992,10 +1007,11 @@ static void table_stall(FILE *sf, const uint32_t *toks, int nt,
 			else
 				snprintf(vs, sizeof(vs), "%.2fx", si / scp);
 			printf("  %-7u %5g%% %8.1f %8.1f %8s %8s %6.2fx "
-			       "%5.1f%% %5.1f%% %9.1f %9s\n", toks[t], bu,
-			       sc / 1e6, scp / 1e6, ms_str(b1, sizeof(b1), si),
+			       "%5.1f%% %5.1f%% %5.1f%% %9.1f %9s\n", toks[t],
+			       bu, sc / 1e6, scp / 1e6,
+			       ms_str(b1, sizeof(b1), si),
 			       ms_str(b2, sizeof(b2), sip), sc / scp,
-			       100 * hit, 100 * ov, sx / mib, vs);
+			       100 * hit, 100 * jn, 100 * ov, sx / mib, vs);
 			if (t == nt - 1 && (bu == 5 || bu == 25)) {
 				char l[96];
 

@@ -16,9 +16,11 @@
  *                                  then kills the daemon with -9)
  *   hcache_client crash-check MNT  read it back after the restart
  *
- * Models (weights generated from a seeded PRNG, values exact in their
- * dtype): a Llama MHA model with F32 weights, a Llama MHA model with BF16
- * weights and llama3 RoPE scaling, and a Qwen2 GQA model with K/V biases.
+ * Models (tests/unit/ckpt_ref.c: weights generated from a seeded PRNG,
+ * values exact in their dtype): a Llama MHA model with F32 weights, a
+ * Llama MHA model with BF16 weights and llama3 RoPE scaling, and a Qwen2
+ * GQA model with K/V biases.  Each block's inputs come from a seed of its
+ * own; its padding rows hold NaN bytes, which restoration must not read.
  * Namespaces: lf32 (f32 blocks, store_as hidden), lbf16 (bf16, auto with
  * hcache_kv_layers = 0: MHA keeps hidden states), q2 (bf16, auto: GQA
  * stores KV), q2h (bf16, hidden although GQA), lkv (bf16, kv: converted
@@ -29,9 +31,10 @@
  * start positions 0, 16, 32, 48, the last block 11 tokens (a partial
  * last chunk).
  *
- * The reference decodes the stored weights and inputs itself and computes
- * RMSNorm, both projections (plus biases) and rotate-half RoPE in double.
- * Tolerance on |restored - reference|, by the namespace dtype:
+ * The reference (ckpt_ref.c) knows the exact weights and inputs and
+ * computes RMSNorm, both projections (plus biases) and rotate-half RoPE
+ * in double; it decodes what is read with its own decoders.  Tolerance
+ * on |restored - reference| (ckpt_ref.c's tol()), by the namespace dtype:
  *   f32:  1e-5 * |ref| + 2e-5
  *   bf16: 2^-8 * |ref| + 2e-5   (half an ulp of bf16)
  * The 2e-5 covers the f32 arithmetic of the restoration (sums of at most
@@ -58,7 +61,9 @@
 #include <cmocka.h>
 
 #include "fs/kvfs_ctl.h"
+#include "gpu/restore.h"
 #include "meta/fmt.h"
+#include "tests/unit/ckpt_ref_i.h"
 
 #define NBLK 4
 #define BT 16 /* block_tokens */
@@ -69,32 +74,34 @@ static const char *mnt;
 
 /* ------------------------------------------------------ models and specs */
 
-enum { FAM_LLAMA = 1, FAM_QWEN2 = 2 };
-enum { ROPE_DEFAULT, ROPE_LLAMA3 };
-
+/* A checkpoint file and the model in it (ckpt_ref.c generates both). */
 struct mspec {
 	const char *file;
-	const char *family;
-	uint32_t L, H, kvh, hd;
-	uint16_t wdt;
-	bool bias;
-	int rope;
-	double theta, eps, factor, lo, hi;
-	uint32_t orig;
+	struct spec s;
 	uint64_t seed;
 };
 
 static const struct mspec models[] = {
-	{ "llama_f32.safetensors", "llama", 3, 64, 4, 16, KVFS_DTYPE_F32,
-	  false, ROPE_DEFAULT, 10000, 1e-5, 0, 0, 0, 0, 11 },
+	{ "llama_f32.safetensors",
+	  { .family = KVFS_FAMILY_LLAMA, .L = 3, .hidden = 64, .kvh = 4,
+	    .hd = 16, .wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5 },
+	  11 },
 	/* orig 32 with head_dim 16 puts the wavelengths in all three
 	 * llama3 bands.
 	 */
-	{ "llama_bf16.safetensors", "llama", 2, 64, 4, 16, KVFS_DTYPE_BF16,
-	  false, ROPE_LLAMA3, 500000, 1e-5, 8, 1, 4, 32, 12 },
-	{ "qwen2.safetensors", "qwen2", 2, 64, 2, 8, KVFS_DTYPE_BF16, true,
-	  ROPE_DEFAULT, 1000000, 1e-6, 0, 0, 0, 0, 13 },
+	{ "llama_bf16.safetensors",
+	  { .family = KVFS_FAMILY_LLAMA, .L = 2, .hidden = 64, .kvh = 4,
+	    .hd = 16, .wdt = KVFS_DTYPE_BF16, .rope_type = KVFS_ROPE_LLAMA3,
+	    .theta = 500000, .eps = 1e-5, .factor = 8, .lo = 1, .hi = 4,
+	    .orig = 32 },
+	  12 },
+	{ "qwen2.safetensors",
+	  { .family = KVFS_FAMILY_QWEN2, .L = 2, .hidden = 64, .kvh = 2,
+	    .hd = 8, .wdt = KVFS_DTYPE_BF16, .bias = true, .theta = 1000000,
+	    .eps = 1e-6 },
+	  13 },
 };
+#define NMODELS (sizeof(models) / sizeof(models[0]))
 
 struct nspec {
 	const char *name;
@@ -127,288 +134,12 @@ static const uint32_t ntok[NBLK] = { 16, 16, 16, 11 };
 
 static struct kvfs_geom geom_of(const struct mspec *m, uint16_t dtype)
 {
-	return (struct kvfs_geom){ .n_layers = m->L, .n_kv_heads = m->kvh,
-				   .head_dim = m->hd, .hidden_size = m->H,
+	return (struct kvfs_geom){ .n_layers = m->s.L,
+				   .n_kv_heads = m->s.kvh,
+				   .head_dim = m->s.hd,
+				   .hidden_size = m->s.hidden,
 				   .block_tokens = BT, .chunk_tokens = CT,
 				   .dtype = dtype };
-}
-
-/* ---------------------------------------------------- PRNG and encodings */
-
-static uint64_t rng;
-
-static uint64_t rnd(void)
-{
-	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static size_t esize(uint16_t dt)
-{
-	return dt == KVFS_DTYPE_F32 ? 4 : 2;
-}
-
-/* A random normal number with exponent in [lo, hi), exact in @dt, stored
- * at @dst; returns its value.
- */
-static double gen(uint16_t dt, int lo, int hi, void *dst)
-{
-	int s = (int)(rnd() & 1), e = lo + (int)(rnd() % (uint64_t)(hi - lo));
-	uint64_t r = rnd();
-	uint32_t u32;
-	uint16_t u16;
-	double v;
-
-	if (dt == KVFS_DTYPE_F32) {
-		u32 = (uint32_t)s << 31 | (uint32_t)(e + 127) << 23 |
-		      (uint32_t)(r & 0x7fffff);
-		memcpy(dst, &u32, 4);
-		v = ldexp(1.0 + (double)(r & 0x7fffff) / 8388608.0, e);
-	} else {
-		u16 = (uint16_t)(s << 15 | (e + 127) << 7 | (int)(r & 0x7f));
-		memcpy(dst, &u16, 2);
-		v = ldexp(1.0 + (double)(r & 0x7f) / 128.0, e);
-	}
-	return s ? -v : v;
-}
-
-static double dec(uint16_t dt, const uint8_t *base, size_t i)
-{
-	uint32_t u32;
-	uint16_t h;
-	float f;
-
-	if (dt == KVFS_DTYPE_F32) {
-		memcpy(&f, base + 4 * i, 4);
-		return f;
-	}
-	memcpy(&h, base + 2 * i, 2);
-	u32 = (uint32_t)h << 16;
-	memcpy(&f, &u32, 4);
-	return f;
-}
-
-static double tol(uint16_t dt, double ref)
-{
-	if (dt == KVFS_DTYPE_F32)
-		return 1e-5 * fabs(ref) + 2e-5;
-	return ldexp(1, -8) * fabs(ref) + 2e-5;
-}
-
-/* ---------------------------------------------------------- the weights */
-
-struct tensor {
-	char name[96];
-	uint32_t ndim;
-	uint64_t shape[2];
-	uint8_t *bytes;
-	size_t nbytes;
-};
-
-struct model {
-	const struct mspec *s;
-	uint32_t D; /* kv_heads * head_dim */
-	double *norm, *wk, *wv, *bk, *bv;
-	struct tensor *t;
-	size_t nt;
-};
-
-static void add(struct model *m, const char *name, uint64_t d0, uint64_t d1,
-		double *vals, int lo, int hi)
-{
-	struct tensor *t = &m->t[m->nt++];
-	uint64_t n = d0 * (d1 ? d1 : 1);
-	size_t es = esize(m->s->wdt);
-
-	snprintf(t->name, sizeof(t->name), "%s", name);
-	t->ndim = d1 ? 2 : 1;
-	t->shape[0] = d0;
-	t->shape[1] = d1;
-	t->nbytes = n * es;
-	t->bytes = malloc(t->nbytes);
-	assert_non_null(t->bytes);
-	for (uint64_t i = 0; i < n; i++)
-		vals[i] = gen(m->s->wdt, lo, hi, t->bytes + i * es);
-}
-
-static void model_make(struct model *m, const struct mspec *s)
-{
-	uint32_t L = s->L, H = s->H, D = s->kvh * s->hd;
-	char name[96];
-	double tmp[16];
-
-	memset(m, 0, sizeof(*m));
-	rng = s->seed;
-	m->s = s;
-	m->D = D;
-	m->norm = calloc((size_t)L * H, sizeof(double));
-	m->wk = calloc((size_t)L * D * H, sizeof(double));
-	m->wv = calloc((size_t)L * D * H, sizeof(double));
-	m->bk = calloc((size_t)L * D, sizeof(double));
-	m->bv = calloc((size_t)L * D, sizeof(double));
-	m->t = calloc((size_t)L * 5 + 2, sizeof(*m->t));
-	assert_true(m->norm && m->wk && m->wv && m->bk && m->bv && m->t);
-	for (uint32_t l = 0; l < L; l++) {
-		snprintf(name, sizeof(name),
-			 "model.layers.%u.input_layernorm.weight", l);
-		add(m, name, H, 0, m->norm + (size_t)l * H, -1, 1);
-		snprintf(name, sizeof(name),
-			 "model.layers.%u.self_attn.k_proj.weight", l);
-		add(m, name, D, H, m->wk + (size_t)l * D * H, -4, 0);
-		snprintf(name, sizeof(name),
-			 "model.layers.%u.self_attn.v_proj.weight", l);
-		add(m, name, D, H, m->wv + (size_t)l * D * H, -4, 0);
-		if (!s->bias)
-			continue;
-		snprintf(name, sizeof(name),
-			 "model.layers.%u.self_attn.k_proj.bias", l);
-		add(m, name, D, 0, m->bk + (size_t)l * D, -3, 0);
-		snprintf(name, sizeof(name),
-			 "model.layers.%u.self_attn.v_proj.bias", l);
-		add(m, name, D, 0, m->bv + (size_t)l * D, -3, 0);
-	}
-	/* Tensors restoration must not need, as real checkpoints have. */
-	add(m, "model.embed_tokens.weight", 2, 4, tmp, -1, 0);
-	add(m, "model.norm.weight", 4, 0, tmp, -1, 0);
-}
-
-static void model_free(struct model *m)
-{
-	for (size_t i = 0; i < m->nt; i++)
-		free(m->t[i].bytes);
-	free(m->t);
-	free(m->norm);
-	free(m->wk);
-	free(m->wv);
-	free(m->bk);
-	free(m->bv);
-}
-
-/* A safetensors file: u64 LE header length, the JSON header padded with
- * spaces to 8 bytes, then the tensors back to back.  @skip names a tensor
- * to leave out; @reshape one to declare (and store) with its first
- * dimension halved.
- */
-static void write_st(const char *path, const struct model *m,
-		     const char *skip, const char *reshape)
-{
-	size_t cap = 512 + m->nt * 256, o = 0, off = 0;
-	char *hdr = malloc(cap);
-	const char *dt = m->s->wdt == KVFS_DTYPE_F32 ? "F32" : "BF16";
-	uint64_t hlen;
-	FILE *f;
-
-	assert_non_null(hdr);
-	o += (size_t)snprintf(hdr + o, cap - o,
-			      "{\"__metadata__\":{\"format\":\"pt\"}");
-	for (size_t i = 0; i < m->nt; i++) {
-		const struct tensor *t = &m->t[i];
-		uint64_t d0 = t->shape[0], nb = t->nbytes;
-
-		if (skip && !strcmp(t->name, skip))
-			continue;
-		if (reshape && !strcmp(t->name, reshape)) {
-			d0 /= 2;
-			nb /= 2;
-		}
-		o += (size_t)snprintf(hdr + o, cap - o,
-				      ",\"%s\":{\"dtype\":\"%s\","
-				      "\"shape\":[%llu",
-				      t->name, dt, (unsigned long long)d0);
-		if (t->ndim == 2)
-			o += (size_t)snprintf(hdr + o, cap - o, ",%llu",
-					      (unsigned long long)t->shape[1]);
-		o += (size_t)snprintf(hdr + o, cap - o,
-				      "],\"data_offsets\":[%zu,%zu]}", off,
-				      off + (size_t)nb);
-		off += (size_t)nb;
-	}
-	o += (size_t)snprintf(hdr + o, cap - o, "}");
-	assert_true(o < cap - 8);
-	while (o % 8)
-		hdr[o++] = ' ';
-	hlen = o;
-	f = fopen(path, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(&hlen, 8, 1, f), 1);
-	assert_int_equal(fwrite(hdr, 1, o, f), o);
-	for (size_t i = 0; i < m->nt; i++) {
-		const struct tensor *t = &m->t[i];
-		size_t nb = t->nbytes;
-
-		if (skip && !strcmp(t->name, skip))
-			continue;
-		if (reshape && !strcmp(t->name, reshape))
-			nb /= 2;
-		assert_int_equal(fwrite(t->bytes, 1, nb, f), nb);
-	}
-	assert_int_equal(fclose(f), 0);
-	free(hdr);
-}
-
-/* ------------------------------------------------------------ reference */
-
-/* Hugging Face's inv_freq, written independently (exp/log, bands tested
- * from the other side).
- */
-static double inv_freq(const struct mspec *s, uint32_t j)
-{
-	double base = exp(-log(s->theta) * (2.0 * j / s->hd));
-	double wl, lo_wl, hi_wl, sm;
-
-	if (s->rope != ROPE_LLAMA3)
-		return base;
-	wl = 2 * M_PI / base;
-	lo_wl = s->orig / s->lo;
-	hi_wl = s->orig / s->hi;
-	if (wl < hi_wl)
-		return base;
-	if (wl > lo_wl)
-		return base / s->factor;
-	sm = (s->orig / wl - s->lo) / (s->hi - s->lo);
-	return sm * base + (1 - sm) * base / s->factor;
-}
-
-static void ref_kv(const struct model *m, uint32_t l, const double *x,
-		   uint64_t pos, double *k, double *v)
-{
-	const struct mspec *s = m->s;
-	uint32_t H = s->H, D = m->D, hd = s->hd;
-	double xn[256], ms = 0;
-
-	assert_true(H <= 256);
-	for (uint32_t j = 0; j < H; j++)
-		ms += x[j] * x[j];
-	ms /= H;
-	for (uint32_t j = 0; j < H; j++)
-		xn[j] = x[j] / sqrt(ms + s->eps) * m->norm[(size_t)l * H + j];
-	for (uint32_t o = 0; o < D; o++) {
-		const double *wk = m->wk + ((size_t)l * D + o) * H;
-		const double *wv = m->wv + ((size_t)l * D + o) * H;
-		double sk = m->bk[(size_t)l * D + o];
-		double sv = m->bv[(size_t)l * D + o];
-
-		for (uint32_t j = 0; j < H; j++) {
-			sk += wk[j] * xn[j];
-			sv += wv[j] * xn[j];
-		}
-		k[o] = sk;
-		v[o] = sv;
-	}
-	for (uint32_t h = 0; h < s->kvh; h++) {
-		double *q = k + (size_t)h * hd;
-
-		for (uint32_t j = 0; j < hd / 2; j++) {
-			double a = (double)pos * inv_freq(s, j);
-			double x1 = q[j], x2 = q[j + hd / 2];
-
-			q[j] = x1 * cos(a) - x2 * sin(a);
-			q[j + hd / 2] = x2 * cos(a) + x1 * sin(a);
-		}
-	}
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -416,11 +147,12 @@ static void ref_kv(const struct model *m, uint32_t l, const double *x,
 struct chain {
 	const struct nspec *ns;
 	struct kvfs_geom g;
+	struct refmodel rm;      /* the namespace's weights */
 	uint8_t root[16];
 	uint8_t key[NBLK][16];
 	uint8_t *img[NBLK];      /* the HIDDEN files written */
 	uint64_t size[NBLK];
-	double *x[NBLK];         /* [L][n][H] exact inputs */
+	struct block b[NBLK];    /* their payloads and exact inputs */
 };
 
 static void root_of(const char *ns, uint8_t root[16])
@@ -433,53 +165,37 @@ static void root_of(const char *ns, uint8_t root[16])
 	assert_int_equal(kvfs_fmt_key_parse(v, root), 0);
 }
 
-static uint32_t rows_of(uint32_t n)
-{
-	return (n + CT - 1) / CT * CT;
-}
-
-/* The chain of namespace @ns, as written (deterministic). */
+/* The chain of namespace @ns, as written (deterministic: each block's
+ * inputs come from its own seed).
+ */
 static void chain_make(struct chain *c, const struct nspec *ns)
 {
 	const struct mspec *s = &models[ns->model];
 	uint8_t parent[16];
-	size_t es = esize(ns->dtype);
 
 	memset(c, 0, sizeof(*c));
 	c->ns = ns;
 	c->g = geom_of(s, ns->dtype);
+	make_model(&c->rm, &s->s, s->seed);
 	root_of(ns->name, c->root);
 	memcpy(parent, c->root, 16);
 	for (int i = 0; i < NBLK; i++) {
-		uint32_t n = ntok[i], rows = rows_of(n), tok[BT];
-		uint64_t po = kvfs_fmt_payload_off(n);
-		uint8_t *pay;
+		uint32_t n = ntok[i], tok[BT];
+		struct block *b = &c->b[i];
 
 		c->size[i] = kvfs_fmt_file_size(&c->g, KVFS_KIND_HIDDEN, n);
-		assert_true(c->size[i] > po);
-		pay = calloc(1, c->size[i] - po);
 		c->img[i] = malloc(c->size[i]);
-		c->x[i] = malloc((size_t)s->L * n * s->H * sizeof(double));
-		assert_true(pay && c->img[i] && c->x[i]);
-		rng = ns->seed * 1000 + (uint64_t)i;
+		assert_non_null(c->img[i]);
+		ckpt_seed(ns->seed * 1000 + (uint64_t)i);
+		make_block(b, &c->rm, ns->dtype, n, CT, (uint64_t)i * BT);
+		assert_int_equal(b->hidden_len,
+				 c->size[i] - kvfs_fmt_payload_off(n));
 		for (uint32_t t = 0; t < n; t++)
 			tok[t] = (uint32_t)(ns->seed * 10000 + i * 100 + t);
-		for (uint32_t l = 0; l < s->L; l++)
-			for (uint32_t r = 0; r < n; r++)
-				for (uint32_t j = 0; j < s->H; j++) {
-					size_t at = ((size_t)l * rows + r) *
-							    s->H + j;
-					size_t xi = ((size_t)l * n + r) * s->H +
-						    j;
-
-					c->x[i][xi] = gen(ns->dtype, -2, 2,
-							  pay + at * es);
-				}
 		assert_int_equal(kvfs_fmt_build(&c->g, KVFS_KIND_HIDDEN, parent,
-						(uint64_t)i * BT, tok, n, pay,
+						b->pos, tok, n, b->hidden,
 						c->img[i], c->size[i]),
 				 0);
-		free(pay);
 		memcpy(c->key[i], c->img[i] + 64, 16);
 		memcpy(parent, c->key[i], 16);
 	}
@@ -489,8 +205,9 @@ static void chain_free(struct chain *c)
 {
 	for (int i = 0; i < NBLK; i++) {
 		free(c->img[i]);
-		free(c->x[i]);
+		free_block(&c->b[i]);
 	}
+	free_model(&c->rm);
 }
 
 static void block_path(char *path, size_t len, const char *ns,
@@ -698,51 +415,17 @@ static void test_hidden_wrong_geometry(void **state)
  */
 static void check_values(const struct chain *c, int i, const uint8_t *kv)
 {
-	const struct mspec *s = &models[c->ns->model];
-	struct model m;
-	uint32_t n = ntok[i], rows = rows_of(n), D = s->kvh * s->hd;
+	const struct block *b = &c->b[i];
 	uint16_t dt = c->ns->dtype;
-	size_t es = esize(dt);
-	size_t lbytes = (size_t)rows * 2 * D * es;
-	const uint8_t *pay = kv + kvfs_fmt_payload_off(n);
-	double k[256], v[256], worst = 0;
+	size_t lbytes = (size_t)b->rows * 2 * c->rm.kvd * esize(dt);
+	const uint8_t *pay = kv + kvfs_fmt_payload_off(b->n);
+	double worst = 0;
 
-	assert_true(D <= 256);
-	model_make(&m, s);
-	for (uint32_t l = 0; l < s->L; l++) {
-		const uint8_t *kvl = pay + l * lbytes;
+	for (uint32_t l = 0; l < c->rm.s.L; l++) {
+		double w = check_layer(&c->rm, b, l, pay + l * lbytes, dt);
 
-		for (uint32_t r = 0; r < rows; r++) {
-			uint32_t ch = r / CT, ir = r % CT;
-			size_t kb = ((size_t)ch * 2 * CT + ir) * D;
-			size_t vb = ((size_t)ch * 2 * CT + CT + ir) * D;
-
-			if (r >= n) {
-				for (uint32_t o = 0; o < D; o++) {
-					assert_true(dec(dt, kvl, kb + o) == 0);
-					assert_true(dec(dt, kvl, vb + o) == 0);
-				}
-				continue;
-			}
-			ref_kv(&m, l, c->x[i] + ((size_t)l * n + r) * s->H,
-			       (uint64_t)i * BT + r, k, v);
-			for (uint32_t o = 0; o < D; o++) {
-				double gk = dec(dt, kvl, kb + o);
-				double gv = dec(dt, kvl, vb + o);
-				double ek = fabs(gk - k[o]) / tol(dt, k[o]);
-				double ev = fabs(gv - v[o]) / tol(dt, v[o]);
-
-				if (!(ek <= 1) || !(ev <= 1))
-					fail_msg("%s block %d layer %u row %u "
-						 "elem %u: K %.9g vs %.9g, V "
-						 "%.9g vs %.9g",
-						 c->ns->name, i, l, r, o, gk,
-						 k[o], gv, v[o]);
-				worst = fmax(worst, fmax(ek, ev));
-			}
-		}
+		worst = fmax(worst, w);
 	}
-	model_free(&m);
 	print_message("    %s block %d: worst error %.3f of the tolerance\n",
 		      c->ns->name, i, worst);
 }
@@ -835,7 +518,7 @@ static void test_mixed_sizes(void **state)
 
 	assert_true(m > kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, ntok[3]));
 	assert_true(m < kvfs_fmt_file_size(&g, KVFS_KIND_KV, ntok[3]));
-	assert_int_equal(models[0].L - (uint32_t)nss[5].kv_layers,
+	assert_int_equal(models[0].s.L - (uint32_t)nss[5].kv_layers,
 			 nss[5].kv_from);
 }
 
@@ -1126,39 +809,68 @@ static void test_stats(void **state)
 	/* the plans are shown for both tiers */
 	assert_int_equal(stat_u64("ns.lf32.hcache.plan.dram.hidden_layers") +
 				 stat_u64("ns.lf32.hcache.plan.dram.kv_layers"),
-			 models[0].L);
+			 models[0].s.L);
 	assert_int_equal(stat_u64("ns.lf32.hcache.plan.ssd.hidden_layers") +
 				 stat_u64("ns.lf32.hcache.plan.ssd.kv_layers"),
-			 models[0].L);
+			 models[0].s.L);
 	assert_int_equal(stat_u64("ns.lf32.hcache.plan.ssd.recompute_layers"),
 			 0);
 }
 
 /* ------------------------------------------------------------ setup mode */
 
+/* @rm's checkpoint at @path, but without tensor @skip, and with tensor
+ * @reshape declared (and stored) with its first dimension halved.
+ */
+static void write_bad(const char *path, const struct refmodel *rm,
+		      const char *skip, const char *reshape)
+{
+	struct wt *t = calloc(rm->nt, sizeof(*t));
+	size_t n = 0;
+
+	assert_non_null(t);
+	for (size_t i = 0; i < rm->nt; i++) {
+		if (skip && !strcmp(rm->t[i].name, skip))
+			continue;
+		t[n] = rm->t[i];
+		if (reshape && !strcmp(t[n].name, reshape)) {
+			t[n].shape[0] /= 2;
+			t[n].nbytes /= 2;
+		}
+		n++;
+	}
+	write_checkpoint(path, t, n);
+	free(t);
+}
+
+static const char *family_name(int family)
+{
+	return family == KVFS_FAMILY_QWEN2 ? "qwen2" : "llama";
+}
+
 static int setup_dir(const char *dir)
 {
 	char path[4200];
 	FILE *f;
 
-	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
-		struct model m;
+	for (size_t i = 0; i < NMODELS; i++) {
+		struct refmodel rm;
 
-		model_make(&m, &models[i]);
+		make_model(&rm, &models[i].s, models[i].seed);
 		snprintf(path, sizeof(path), "%s/%s", dir, models[i].file);
-		write_st(path, &m, NULL, NULL);
+		write_checkpoint(path, rm.t, rm.nt);
 		if (i == 0) {
 			snprintf(path, sizeof(path),
 				 "%s/bad_missing.safetensors", dir);
-			write_st(path, &m,
-				 "model.layers.1.self_attn.v_proj.weight",
-				 NULL);
+			write_bad(path, &rm,
+				  "model.layers.1.self_attn.v_proj.weight",
+				  NULL);
 			snprintf(path, sizeof(path), "%s/bad_shape.safetensors",
 				 dir);
-			write_st(path, &m, NULL,
-				 "model.layers.2.self_attn.k_proj.weight");
+			write_bad(path, &rm, NULL,
+				  "model.layers.2.self_attn.k_proj.weight");
 		}
-		model_free(&m);
+		free_model(&rm);
 	}
 	snprintf(path, sizeof(path), "%s/ns.conf", dir);
 	f = fopen(path, "w");
@@ -1166,24 +878,24 @@ static int setup_dir(const char *dir)
 		return 1;
 	for (size_t n = 0; n <= NNS; n++) {
 		const struct nspec *ns = n < NNS ? &nss[n] : &nss[0];
-		const struct mspec *s = &models[ns->model];
+		const struct spec *s = &models[ns->model].s;
 
 		fprintf(f, "[namespace %s]\nlayers = %u\nkv_heads = %u\n"
 			   "head_dim = %u\nhidden_size = %u\ndtype = %s\n"
 			   "block_tokens = %u\nchunk_tokens = %u\n",
-			n < NNS ? ns->name : "plain", s->L, s->kvh, s->hd, s->H,
-			kvfs_fmt_dtype_name(ns->dtype), BT, CT);
+			n < NNS ? ns->name : "plain", s->L, s->kvh, s->hd,
+			s->hidden, kvfs_fmt_dtype_name(ns->dtype), BT, CT);
 		if (n == NNS) {
 			fprintf(f, "\n");
 			continue;
 		}
 		fprintf(f, "weights = %s/%s\nfamily = %s\nrms_norm_eps = %g\n"
 			   "rope_theta = %g\nstore_as = %s\n",
-			dir, s->file, s->family, s->eps, s->theta,
-			ns->store_as);
+			dir, models[ns->model].file, family_name(s->family),
+			s->eps, s->theta, ns->store_as);
 		if (ns->kv_layers >= 0)
 			fprintf(f, "hcache_kv_layers = %d\n", ns->kv_layers);
-		if (s->rope == ROPE_LLAMA3)
+		if (s->rope_type == KVFS_ROPE_LLAMA3)
 			fprintf(f, "rope_scaling = llama3\nrope_factor = %g\n"
 				   "rope_low_freq_factor = %g\n"
 				   "rope_high_freq_factor = %g\n"

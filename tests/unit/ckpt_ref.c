@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Restoration test support: see ckpt_ref_i.h.  Moved out of
- * test_restore.c so that the GPU suite uses the same checkpoints and
- * reference.
+ * test_restore.c so that the GPU suite, the chunk tests and the
+ * integration clients use the same checkpoints and reference.
  */
+#include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "gpu/restore.h"
+#include "meta/log.h"
 #include "tests/unit/ckpt_ref_i.h"
 
 /* ---------------------------------------------- PRNG and test encodings */
@@ -371,6 +376,11 @@ void free_block(struct block *b)
 	free(b->x);
 }
 
+void ckpt_seed(uint64_t seed)
+{
+	rng = seed;
+}
+
 /* Check layer @l of a KV payload against the reference; returns the
  * largest error/tolerance ratio seen.
  */
@@ -415,3 +425,86 @@ double check_layer(const struct refmodel *rm, const struct block *b,
 	return worst;
 }
 
+
+/* ------------------------------------------- restoration suites' fixture */
+
+const struct spec ckpt_llama_mha_f32 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 2, .hidden = 32, .kvh = 4, .hd = 8,
+	.wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5,
+};
+
+/* hd 8, theta 5e5: wavelengths 6.3, 167, 4.4e3, 1.2e5; with a 512-token
+ * original context and factors 1/4 the bands are: keep, blend, scale,
+ * scale - every branch of the llama3 rule.
+ */
+const struct spec ckpt_llama_gqa_bf16 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 3, .hidden = 48, .kvh = 2, .hd = 8,
+	.wdt = KVFS_DTYPE_BF16, .theta = 500000, .eps = 1e-5,
+	.rope_type = KVFS_ROPE_LLAMA3, .factor = 8, .lo = 1, .hi = 4,
+	.orig = 512,
+};
+
+const struct spec ckpt_qwen2_bias = {
+	.family = KVFS_FAMILY_QWEN2, .L = 2, .hidden = 64, .kvh = 2, .hd = 16,
+	.wdt = KVFS_DTYPE_BF16, .bias = true, .theta = 1000000, .eps = 1e-6,
+};
+
+const struct spec ckpt_llama_linear_f16 = {
+	.family = KVFS_FAMILY_LLAMA, .L = 1, .hidden = 16, .kvh = 2, .hd = 8,
+	/* a large eps, so that dropping it would show */
+	.wdt = KVFS_DTYPE_F16, .theta = 10000, .eps = 0.25,
+	.rope_type = KVFS_ROPE_LINEAR, .factor = 4,
+};
+
+const uint16_t ckpt_kv_dtypes[4] = { KVFS_DTYPE_F32, KVFS_DTYPE_BF16,
+				     KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 };
+
+static char ck_dir[64];
+static char ck_log[80];
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	return remove(p);
+}
+
+int ckpt_dir_setup(const char *tag)
+{
+	snprintf(ck_dir, sizeof(ck_dir), "/tmp/kvfs-test-%s-XXXXXX", tag);
+	if (!mkdtemp(ck_dir))
+		return -1;
+	snprintf(ck_log, sizeof(ck_log), "%s.log", ck_dir);
+	kvfs_restore_set_blas_threads(2);
+	return kvfs_log_open(ck_log);
+}
+
+int ckpt_dir_teardown(void)
+{
+	kvfs_log_close();
+	unlink(ck_log);
+	return nftw(ck_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *ckpt_path(const char *name)
+{
+	static char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/%s", ck_dir, name);
+	return p;
+}
+
+const char *ckpt_log_path(void)
+{
+	return ck_log;
+}
+
+struct kvfs_restore *ckpt_load(struct refmodel *rm, const char *file,
+			       unsigned flags)
+{
+	struct kvfs_restore *r = NULL;
+
+	write_checkpoint(ckpt_path(file), rm->t, rm->nt);
+	assert_int_equal(kvfs_restore_load(&rm->m, ckpt_path(file), flags, &r),
+			 0);
+	return r;
+}

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Restoration test support shared by tests/unit/test_restore.c (CPU) and
- * tests/unit/test_restore_cuda.c (GPU): tiny Llama/Qwen2 checkpoints
- * written as real safetensors files from a seeded PRNG, HIDDEN payloads,
- * the tests' own dtype decoders and tolerances, and an independent
- * double-precision reference of K and V.  Failures are cmocka assertions.
- * Not thread-safe (one PRNG).
+ * Restoration test support shared by tests/unit/test_restore.c (CPU),
+ * tests/unit/test_restore_cuda.c (GPU), tests/unit/test_chunk.c and the
+ * integration clients chunks_client and hcache_client: tiny Llama/Qwen2
+ * checkpoints written as real safetensors files from a seeded PRNG,
+ * HIDDEN payloads, the tests' own dtype decoders and tolerances, an
+ * independent double-precision reference of K and V, and the fixture of
+ * the two restoration suites (a temp dir, a log, the models they share).
+ * Failures are cmocka assertions.  Not thread-safe (one PRNG, one dir).
  */
 #ifndef KVFS_TESTS_UNIT_CKPT_REF_I_H
 #define KVFS_TESTS_UNIT_CKPT_REF_I_H
@@ -85,11 +87,46 @@ void make_block(struct block *b, const struct refmodel *rm, uint16_t hdt,
 		uint32_t n, uint32_t c, uint64_t pos);
 void free_block(struct block *b);
 
+/* Restart the PRNG at @seed, so that what is drawn next (make_block())
+ * depends on @seed only, not on what was generated before.
+ */
+void ckpt_seed(uint64_t seed);
+
 /* Check layer @l of a KV payload (@kvl, in @kdt) element by element
  * against ref_kv() within tol(), and the padding rows for zeros.  Returns
  * the largest error / tolerance ratio.
  */
 double check_layer(const struct refmodel *rm, const struct block *b,
 		   uint32_t l, const uint8_t *kvl, uint16_t kdt);
+
+/* ------------------------------------------- restoration suites' fixture */
+
+/* The models test_restore and test_restore_cuda both restore. */
+extern const struct spec ckpt_llama_mha_f32;   /* MHA, F32 weights */
+extern const struct spec ckpt_llama_gqa_bf16;  /* GQA, BF16, llama3 RoPE */
+extern const struct spec ckpt_qwen2_bias;      /* GQA, BF16, K/V biases */
+extern const struct spec ckpt_llama_linear_f16; /* F16, linear RoPE */
+/* Every KV output dtype: f32, bf16, f16, f8_e4m3. */
+extern const uint16_t ckpt_kv_dtypes[4];
+
+/* Create a temp dir /tmp/kvfs-test-@tag-XXXXXX, open the kvfs log at the
+ * dir's name + ".log" and give BLAS 2 threads.  For a cmocka group
+ * setup; returns 0, else -1 or -errno.
+ */
+int ckpt_dir_setup(const char *tag);
+/* Close the log, remove it and the dir with all files.  Returns 0 or
+ * -1.
+ */
+int ckpt_dir_teardown(void);
+/* The path of @name in the dir (a static buffer, valid to the next call). */
+const char *ckpt_path(const char *name);
+/* The path of the log file. */
+const char *ckpt_log_path(void);
+
+/* Write @rm's checkpoint as @file in the dir and load it with
+ * kvfs_restore_load(@flags, KVFS_RESTORE_*), which must succeed.
+ */
+struct kvfs_restore *ckpt_load(struct refmodel *rm, const char *file,
+			       unsigned flags);
 
 #endif

@@ -1033,6 +1033,270 @@ static void test_speculative(void **state)
 	assert_int_equal(st.spec_loaded, 3);
 }
 
+/* ------------------------------------------------- joining a prefetch */
+
+enum { GATE_PASS, GATE_EIO, GATE_CORRUPT };
+
+/*
+ * Holds a speculative load's SSD read in flight (in the chunk read hook)
+ * until the test releases it, optionally failing it or damaging its
+ * bytes, and counts the reads and joins it sees.
+ */
+struct gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int mode;           /* GATE_*: done to the speculative read */
+	int spec_reads;     /* speculative SSD reads seen */
+	int reads;          /* other SSD reads seen */
+	size_t joined;      /* pieces requests announced they wait for */
+	bool held;          /* a speculative read is in the hook */
+	bool release;
+};
+
+static void gate_hook(void *arg, int kind, const struct kvfs_chunk_hook_ev *ev)
+{
+	struct gate *g = arg;
+
+	pthread_mutex_lock(&g->lock);
+	if (kind == KVFS_CHUNK_HOOK_JOIN) {
+		g->joined += ev->joined;
+	} else if (!ev->spec) {
+		g->reads++;
+	} else {
+		g->spec_reads++;
+		if (g->mode == GATE_EIO)
+			*ev->res = -EIO;
+		else if (g->mode == GATE_CORRUPT && ev->buf)
+			((uint8_t *)ev->buf)[ev->len / 2] ^= 0x5a;
+		g->held = true;
+		pthread_cond_broadcast(&g->cond);
+		while (!g->release)
+			pthread_cond_wait(&g->cond, &g->lock);
+	}
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+struct run {
+	struct fx *f;
+	struct req *r;
+	unsigned flags;
+	struct gate *g;
+	bool finished;      /* under g->lock */
+	int rc;
+};
+
+static void *run_main(void *arg)
+{
+	struct run *x = arg;
+
+	x->rc = kvfs_chunk_read(x->f->c, x->r->p, x->r->np, x->flags,
+				&x->r->res);
+	pthread_mutex_lock(&x->g->lock);
+	x->finished = true;
+	pthread_cond_broadcast(&x->g->cond);
+	pthread_mutex_unlock(&x->g->lock);
+	return NULL;
+}
+
+/*
+ * A speculative load of piece @t held in flight (@mode done to its read),
+ * @meanwhile run while it is, then a request @r for the same piece; the
+ * load is let go once the request waits for it (or has finished without
+ * waiting). Both are done on return; *@spec_rc is the load's result,
+ * g->reads counts only the request's reads. Nothing here waits on time.
+ */
+static int join_run(struct fx *f, struct gate *g, const int *t, int mode,
+		    void (*meanwhile)(struct fx *f), struct req *r,
+		    int *spec_rc)
+{
+	struct req sr;
+	struct run rs = { .f = f, .r = &sr, .flags = KVFS_CHUNK_SPECULATIVE,
+			  .g = g };
+	struct run rr = { .f = f, .r = r, .g = g };
+	pthread_t ts, tr;
+
+	memset(g, 0, sizeof(*g));
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	g->mode = mode;
+	req_init(f, &sr, NS_BF16, t, 1);
+	sr.p[0].dst = NULL;
+	req_init(f, r, NS_BF16, t, 1);
+	kvfs_chunk_set_hook(f->c, gate_hook, g);
+	assert_int_equal(pthread_create(&ts, NULL, run_main, &rs), 0);
+	pthread_mutex_lock(&g->lock);
+	while (!g->held && !rs.finished)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	if (meanwhile)
+		meanwhile(f);
+	pthread_mutex_lock(&g->lock);
+	g->reads = 0;
+	pthread_mutex_unlock(&g->lock);
+	assert_int_equal(pthread_create(&tr, NULL, run_main, &rr), 0);
+	pthread_mutex_lock(&g->lock);
+	while (!g->joined && !rr.finished)
+		pthread_cond_wait(&g->cond, &g->lock);
+	g->release = true;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	pthread_join(tr, NULL);
+	pthread_join(ts, NULL);
+	kvfs_chunk_set_hook(f->c, NULL, NULL);
+	*spec_rc = rs.rc;
+	assert_int_equal(g->spec_reads, 1);
+	assert_int_equal(sr.res.ssd_reads, 1);
+	req_free(f, &sr);
+	pthread_cond_destroy(&g->cond);
+	pthread_mutex_destroy(&g->lock);
+	/* The request's own bytes, wherever they came from. */
+	req_check(f, r, NS_BF16);
+	return rr.rc;
+}
+
+/* A request for a piece a speculative load is reading waits for that
+ * read and takes the cached bytes: no second read.
+ */
+static void test_join(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 0, 1, 2 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r;
+	double i;
+	uint64_t fv;
+	int src;
+
+	assert_int_equal(join_run(f, &g, t, GATE_PASS, NULL, &r, &src), 0);
+	assert_int_equal(src, 0);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.reads, 0);
+	assert_int_equal(r.p[0].err, 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_CACHE);
+	assert_int_equal(r.p[0].spec, 1);
+	assert_int_equal(r.res.joined, 1);
+	assert_int_equal(r.res.ssd_reads, 0);
+	assert_int_equal(r.res.bytes_read, 0);
+	assert_int_equal(r.res.mem_hits, 0);
+	assert_int_equal(r.res.spec_hits, 0);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.ssd_reads, 1);
+	assert_int_equal(st.prefetch_joined, 1);
+	assert_int_equal(st.spec_loaded, 1);
+	assert_int_equal(st.spec_used, 1);
+	assert_int_equal(st.mem_hits, 0);
+	/* The load's piece only: the request read nothing. */
+	assert_int_equal(st.bytes_missed, cbytes(NS_BF16));
+	/* The request counted in F like any other. */
+	get_score(f, NS_BF16, 0, 2, &i, &fv);
+	assert_int_equal(fv, 1);
+	/* Used once: an ordinary hit from now on. */
+	memset(r.buf, 0xee, cbytes(NS_BF16));
+	assert_int_equal(req_run(f, &r, NS_BF16, 0), 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_CACHE);
+	assert_int_equal(r.p[0].spec, 0);
+	assert_int_equal(r.res.joined, 0);
+	assert_int_equal(r.res.mem_hits, 1);
+	req_free(f, &r);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.prefetch_joined, 1);
+	assert_int_equal(st.spec_used, 1);
+}
+
+/* The load's read fails: the waiter reads the piece itself. */
+static void test_join_failed(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 1, 3, 0 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r;
+	int src;
+
+	assert_int_equal(join_run(f, &g, t, GATE_EIO, NULL, &r, &src), 0);
+	assert_int_equal(src, -EIO);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.reads, 1);
+	assert_int_equal(r.p[0].err, 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.res.joined, 0);
+	assert_int_equal(r.res.ssd_reads, 1);
+	assert_int_equal(r.res.bytes_read, cbytes(NS_BF16));
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.prefetch_joined, 0);
+	assert_int_equal(st.spec_loaded, 0);
+	/* The load's piece, and the request's own read of it. */
+	assert_int_equal(st.bytes_missed, 2 * cbytes(NS_BF16));
+	/* Its own read was cached. */
+	assert_int_equal(where(f, NS_BF16, 1, 3, 0), KVFS_CHUNK_IN_DRAM);
+	req_free(f, &r);
+}
+
+/* The load's bytes fail their CRC: never handed to the waiter, which
+ * reads the piece itself.
+ */
+static void test_join_corrupt(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 2, 0, 1 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r;
+	int src;
+
+	assert_int_equal(join_run(f, &g, t, GATE_CORRUPT, NULL, &r, &src), 0);
+	assert_int_equal(src, -EBADMSG);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.reads, 1);
+	assert_int_equal(r.p[0].err, 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.res.joined, 0);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 1);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.prefetch_joined, 0);
+	req_free(f, &r);
+}
+
+/* Chunk 1 of block 0 scores 5 on every layer: the 64 KiB cache is full
+ * of pieces a score-0 load cannot displace.
+ */
+static void fill_cache(struct fx *f)
+{
+	static const int t[] = { 0, 0, 1, 0, 1, 1, 0, 2, 1, 0, 3, 1 };
+
+	score(f, NS_BF16, 0, 1, 5);
+	read_pieces(f, NS_BF16, t, 4, KVFS_CHUNK_FROM_SSD);
+}
+
+/* The cache fills while the load reads: it drops the piece, and the
+ * waiter, finding nothing, reads it itself.
+ */
+static void test_join_dropped(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 0, 0, 0 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r;
+	int src;
+
+	assert_int_equal(join_run(f, &g, t, GATE_PASS, fill_cache, &r, &src),
+			 0);
+	assert_int_equal(src, 0);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.reads, 1);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.res.joined, 0);
+	assert_int_equal(where(f, NS_BF16, 0, 0, 0), KVFS_CHUNK_IN_NONE);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.prefetch_joined, 0);
+	assert_int_equal(st.spec_loaded, 0);
+	assert_int_equal(st.dram_pieces, 4);
+	req_free(f, &r);
+}
+
 /* Scores survive a restart (flushed in batches, and at close), and go
  * with their block.
  */
@@ -1883,6 +2147,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_sets, setup_sets,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_speculative, setup_spec,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_join, setup_dram,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_join_failed, setup_dram,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_join_corrupt, setup_dram,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_join_dropped, setup_spec,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_scores_persist,
 						setup_dram, teardown),

@@ -19,8 +19,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -31,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -43,41 +40,25 @@
 #include "meta/util.h"
 #include "tests/unit/ckpt_ref_i.h"
 
-static char dir[64];
-static char logpath[80];
-
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	return remove(p);
-}
-
 static int setup(void **state)
 {
-	snprintf(dir, sizeof(dir), "/tmp/kvfs-test-restore-XXXXXX");
-	if (!mkdtemp(dir))
-		return -1;
-	snprintf(logpath, sizeof(logpath), "%s.log", dir);
-	kvfs_restore_set_blas_threads(2);
-	return kvfs_log_open(logpath);
+	return ckpt_dir_setup("restore");
 }
 
 static int teardown(void **state)
 {
-	kvfs_log_close();
-	unlink(logpath);
-	return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return ckpt_dir_teardown();
 }
 
 static void log_reset(void)
 {
-	assert_int_equal(truncate(logpath, 0), 0);
+	assert_int_equal(truncate(ckpt_log_path(), 0), 0);
 }
 
 static int log_has(const char *needle)
 {
 	char buf[65536];
-	FILE *f = fopen(logpath, "r");
+	FILE *f = fopen(ckpt_log_path(), "r");
 	size_t n;
 
 	assert_non_null(f);
@@ -89,14 +70,6 @@ static int log_has(const char *needle)
 		return 0;
 	}
 	return 1;
-}
-
-static const char *model_path(const char *name)
-{
-	static char p[PATH_MAX];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
 }
 
 /* Restore @b through kvfs_restore_block() into a canary-guarded buffer
@@ -136,49 +109,7 @@ static void restore_and_check(const struct kvfs_restore *r,
 	free(kv);
 }
 
-static struct kvfs_restore *load_model(struct refmodel *rm, const char *file,
-				       unsigned flags)
-{
-	struct kvfs_restore *r = NULL;
-
-	write_checkpoint(model_path(file), rm->t, rm->nt);
-	assert_int_equal(kvfs_restore_load(&rm->m, model_path(file), flags, &r),
-			 0);
-	return r;
-}
-
 /* ------------------------------------------------------------ tests */
-
-static const struct spec llama_mha_f32 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 2, .hidden = 32, .kvh = 4, .hd = 8,
-	.wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5,
-};
-
-/* hd 8, theta 5e5: wavelengths 6.3, 167, 4.4e3, 1.2e5; with a 512-token
- * original context and factors 1/4 the bands are: keep, blend, scale,
- * scale - every branch of the llama3 rule.
- */
-static const struct spec llama_gqa_bf16 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 3, .hidden = 48, .kvh = 2, .hd = 8,
-	.wdt = KVFS_DTYPE_BF16, .theta = 500000, .eps = 1e-5,
-	.rope_type = KVFS_ROPE_LLAMA3, .factor = 8, .lo = 1, .hi = 4,
-	.orig = 512,
-};
-
-static const struct spec qwen2_bias = {
-	.family = KVFS_FAMILY_QWEN2, .L = 2, .hidden = 64, .kvh = 2, .hd = 16,
-	.wdt = KVFS_DTYPE_BF16, .bias = true, .theta = 1000000, .eps = 1e-6,
-};
-
-static const struct spec llama_linear_f16 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 1, .hidden = 16, .kvh = 2, .hd = 8,
-	/* a large eps, so that dropping it would show */
-	.wdt = KVFS_DTYPE_F16, .theta = 10000, .eps = 0.25,
-	.rope_type = KVFS_ROPE_LINEAR, .factor = 4,
-};
-
-static const uint16_t all_dtypes[] = { KVFS_DTYPE_F32, KVFS_DTYPE_BF16,
-				       KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 };
 
 static void test_llama_mha_f32(void **state)
 {
@@ -186,14 +117,14 @@ static void test_llama_mha_f32(void **state)
 	struct kvfs_restore *r;
 	struct block b;
 
-	make_model(&rm, &llama_mha_f32, 1);
-	r = load_model(&rm, "llama_mha.safetensors", 0);
+	make_model(&rm, &ckpt_llama_mha_f32, 1);
+	r = ckpt_load(&rm, "llama_mha.safetensors", 0);
 	/* F32 weights, 8-aligned data: K/V used in place, only norms copied */
 	assert_int_equal(kvfs_restore_mem_bytes(r), 2 * 32 * 4);
 	/* 37 tokens in chunks of 16: the last chunk holds 5 */
 	make_block(&b, &rm, KVFS_DTYPE_F32, 37, 16, 1000);
 	for (size_t i = 0; i < 4; i++)
-		restore_and_check(r, &rm, &b, all_dtypes[i]);
+		restore_and_check(r, &rm, &b, ckpt_kv_dtypes[i]);
 	free_block(&b);
 	/* position 0 and a large one */
 	make_block(&b, &rm, KVFS_DTYPE_F32, 16, 16, 0);
@@ -212,13 +143,13 @@ static void test_llama_gqa_bf16_llama3(void **state)
 	struct kvfs_restore *r;
 	struct block b;
 
-	make_model(&rm, &llama_gqa_bf16, 2);
-	r = load_model(&rm, "llama_gqa.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 2);
+	r = ckpt_load(&rm, "llama_gqa.safetensors", 0);
 	/* norms + converted K and V: 3 * (48 + 2 * 16 * 48) floats */
 	assert_int_equal(kvfs_restore_mem_bytes(r), 3 * (48 + 2 * 16 * 48) * 4);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	for (size_t i = 0; i < 4; i++)
-		restore_and_check(r, &rm, &b, all_dtypes[i]);
+		restore_and_check(r, &rm, &b, ckpt_kv_dtypes[i]);
 	free_block(&b);
 	make_block(&b, &rm, KVFS_DTYPE_F16, 50, 64, 4096 + 7);
 	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
@@ -233,8 +164,8 @@ static void test_llama_linear_rope(void **state)
 	struct kvfs_restore *r;
 	struct block b;
 
-	make_model(&rm, &llama_linear_f16, 3);
-	r = load_model(&rm, "llama_lin.safetensors", 0);
+	make_model(&rm, &ckpt_llama_linear_f16, 3);
+	r = ckpt_load(&rm, "llama_lin.safetensors", 0);
 	make_block(&b, &rm, KVFS_DTYPE_F16, 9, 4, 777);
 	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
 	restore_and_check(r, &rm, &b, KVFS_DTYPE_F16);
@@ -252,13 +183,13 @@ static void test_qwen2_sharded(void **state)
 	size_t half;
 	FILE *f;
 
-	make_model(&rm, &qwen2_bias, 4);
+	make_model(&rm, &ckpt_qwen2_bias, 4);
 	half = rm.nt / 2;
-	write_checkpoint(model_path("q-00001-of-00002.safetensors"), rm.t,
+	write_checkpoint(ckpt_path("q-00001-of-00002.safetensors"), rm.t,
 			 half);
-	write_checkpoint(model_path("q-00002-of-00002.safetensors"),
+	write_checkpoint(ckpt_path("q-00002-of-00002.safetensors"),
 			 rm.t + half, rm.nt - half);
-	f = fopen(model_path("model.safetensors.index.json"), "w");
+	f = fopen(ckpt_path("model.safetensors.index.json"), "w");
 	assert_non_null(f);
 	fprintf(f, "{\"metadata\":{\"total_size\":0},\"weight_map\":{");
 	for (size_t i = 0; i < rm.nt; i++)
@@ -267,7 +198,7 @@ static void test_qwen2_sharded(void **state)
 	fprintf(f, "}}\n");
 	assert_int_equal(fclose(f), 0);
 	assert_int_equal(kvfs_restore_load(&rm.m,
-					   model_path("model.safetensors.index.json"),
+					   ckpt_path("model.safetensors.index.json"),
 					   0, &r), 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
@@ -313,9 +244,9 @@ static void test_lazy_matches_resident(void **state)
 	uint8_t *a, *z;
 	size_t la, lz;
 
-	make_model(&rm, &llama_gqa_bf16, 5);
-	res = load_model(&rm, "res.safetensors", 0);
-	lazy = load_model(&rm, "lazy.safetensors", KVFS_RESTORE_LAZY);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 5);
+	res = ckpt_load(&rm, "res.safetensors", 0);
+	lazy = ckpt_load(&rm, "lazy.safetensors", KVFS_RESTORE_LAZY);
 	assert_int_equal(kvfs_restore_mem_bytes(lazy), 3 * 48 * 4);
 	assert_true(kvfs_restore_mem_bytes(res) > kvfs_restore_mem_bytes(lazy));
 	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
@@ -348,8 +279,8 @@ static void test_layer_api(void **state)
 	size_t len, kl, hl, l2;
 	struct kvfs_restore_io io;
 
-	make_model(&rm, &llama_gqa_bf16, 6);
-	r = load_model(&rm, "layer.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 6);
+	r = ckpt_load(&rm, "layer.safetensors", 0);
 	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	full = restore_all(r, ws, &rm, &b, KVFS_DTYPE_BF16, &len);
@@ -426,8 +357,8 @@ static void test_split(void **state)
 	uint8_t *full, *mix2, *mix1, *out;
 	size_t len, kl, hl;
 
-	make_model(&rm, &llama_gqa_bf16, 7);
-	r = load_model(&rm, "split.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 7);
+	r = ckpt_load(&rm, "split.safetensors", 0);
 	assert_int_equal(kvfs_restore_ws_alloc(&ws), 0);
 	/* 37 tokens in chunks of 16: a partial last chunk, RoPE at 1000 */
 	make_block(&b, &rm, dt, 37, 16, 1000);
@@ -571,8 +502,8 @@ static void test_stream(void **state)
 	uint64_t kvsz, hsz, msz, po, len;
 	uint32_t tok[48];
 
-	make_model(&rm, &llama_gqa_bf16, 8);
-	r = load_model(&rm, "stream.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 8);
+	r = ckpt_load(&rm, "stream.safetensors", 0);
 	make_block(&b, &rm, dt, n, C, 960);
 	full = restore_all(r, NULL, &rm, &b, dt, &len);
 	g = (struct kvfs_geom){ .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
@@ -732,8 +663,8 @@ static void test_threads(void **state)
 	uint8_t *ref;
 	size_t len;
 
-	make_model(&rm, &qwen2_bias, 7);
-	r = load_model(&rm, "thr.safetensors", KVFS_RESTORE_LAZY);
+	make_model(&rm, &ckpt_qwen2_bias, 7);
+	r = ckpt_load(&rm, "thr.safetensors", KVFS_RESTORE_LAZY);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	ref = restore_all(r, NULL, &rm, &b, KVFS_DTYPE_F32, &len);
 	for (int i = 0; i < 4; i++) {
@@ -779,9 +710,9 @@ static void expect_refused(struct refmodel *rm, const char *file,
 {
 	struct kvfs_restore *r = NULL;
 
-	write_checkpoint(model_path(file), rm->t, rm->nt);
+	write_checkpoint(ckpt_path(file), rm->t, rm->nt);
 	log_reset();
-	assert_int_equal(kvfs_restore_load(m, model_path(file), 0, &r), err);
+	assert_int_equal(kvfs_restore_load(m, ckpt_path(file), 0, &r), err);
 	assert_null(r);
 	if (a)
 		assert_true(log_has(a));
@@ -795,7 +726,7 @@ static void test_refuse_kv_heads(void **state)
 	struct refmodel rm;
 	struct kvfs_restore_model m;
 
-	make_model(&rm, &llama_gqa_bf16, 8);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 8);
 	m = rm.m;
 	m.n_kv_heads = 4;
 	expect_refused(&rm, "heads.safetensors", &m, -EINVAL,
@@ -809,7 +740,7 @@ static void test_refuse_bad_shapes(void **state)
 	struct refmodel rm;
 	struct wt *w;
 
-	make_model(&rm, &qwen2_bias, 9);
+	make_model(&rm, &ckpt_qwen2_bias, 9);
 	/* layer 1's v_proj transposed */
 	w = find_wt(&rm, "model.layers.1.self_attn.v_proj.weight");
 	w->shape[0] = 64;
@@ -843,7 +774,7 @@ static void test_refuse_bad_shapes(void **state)
 static void test_refuse_qwen2_no_bias(void **state)
 {
 	struct refmodel rm;
-	struct spec s = qwen2_bias;
+	struct spec s = ckpt_qwen2_bias;
 
 	s.bias = false;
 	make_model(&rm, &s, 10);
@@ -857,13 +788,13 @@ static void test_llama_biases(void **state)
 {
 	struct refmodel rm;
 	struct kvfs_restore *r;
-	struct spec s = qwen2_bias;
+	struct spec s = ckpt_qwen2_bias;
 	struct block b;
 
 	/* A llama checkpoint with both biases (attention_bias) uses them. */
 	s.family = KVFS_FAMILY_LLAMA;
 	make_model(&rm, &s, 11);
-	r = load_model(&rm, "lbias.safetensors", 0);
+	r = ckpt_load(&rm, "lbias.safetensors", 0);
 	make_block(&b, &rm, KVFS_DTYPE_F32, 5, 4, 100);
 	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
 	free_block(&b);
@@ -882,7 +813,7 @@ static void test_refuse_missing_and_extra(void **state)
 	struct kvfs_restore_model m;
 	struct wt *w;
 
-	make_model(&rm, &llama_gqa_bf16, 12);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 12);
 	/* the namespace has 2 layers, the checkpoint 3 */
 	m = rm.m;
 	m.n_layers = 2;
@@ -914,15 +845,15 @@ static void test_refuse_files(void **state)
 	struct kvfs_restore *r = NULL;
 	FILE *f;
 
-	make_model(&rm, &llama_mha_f32, 13);
-	assert_int_equal(kvfs_restore_load(&rm.m, model_path("absent.safetensors"),
+	make_model(&rm, &ckpt_llama_mha_f32, 13);
+	assert_int_equal(kvfs_restore_load(&rm.m, ckpt_path("absent.safetensors"),
 					   0, &r), -ENOENT);
-	f = fopen(model_path("garbage.safetensors"), "w");
+	f = fopen(ckpt_path("garbage.safetensors"), "w");
 	assert_non_null(f);
 	fputs("this is not a checkpoint", f);
 	fclose(f);
 	log_reset();
-	assert_int_equal(kvfs_restore_load(&rm.m, model_path("garbage.safetensors"),
+	assert_int_equal(kvfs_restore_load(&rm.m, ckpt_path("garbage.safetensors"),
 					   0, &r), -EINVAL);
 	assert_true(log_has("checkpoint refused"));
 	assert_null(r);
@@ -992,8 +923,8 @@ static void test_bad_requests(void **state)
 	uint8_t *kv;
 	size_t len;
 
-	make_model(&rm, &llama_mha_f32, 14);
-	r = load_model(&rm, "req.safetensors", 0);
+	make_model(&rm, &ckpt_llama_mha_f32, 14);
+	r = ckpt_load(&rm, "req.safetensors", 0);
 	make_block(&b, &rm, KVFS_DTYPE_F32, 10, 4, 50);
 	len = (size_t)b.rows * 2 * rm.kvd * 4 * rm.s.L;
 	kv = malloc(len);
@@ -1146,13 +1077,13 @@ static void test_convert_bulk(void **state)
 	uint8_t buf[20];
 
 	for (size_t d = 0; d < 4; d++) {
-		assert_int_equal(kvfs_restore_from_f32(src, all_dtypes[d], buf,
+		assert_int_equal(kvfs_restore_from_f32(src, ckpt_kv_dtypes[d], buf,
 						       5), 0);
-		assert_int_equal(kvfs_restore_to_f32(buf, all_dtypes[d], back,
+		assert_int_equal(kvfs_restore_to_f32(buf, ckpt_kv_dtypes[d], back,
 						     5), 0);
 		for (int i = 0; i < 5; i++)
 			assert_true(fabs(back[i] - src[i]) <=
-				    tol(all_dtypes[d], src[i]));
+				    tol(ckpt_kv_dtypes[d], src[i]));
 	}
 	/* unaligned source */
 	assert_int_equal(kvfs_restore_from_f32(src, KVFS_DTYPE_BF16, buf + 1,

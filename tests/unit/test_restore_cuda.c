@@ -22,8 +22,6 @@
  *     each) per product.
  */
 #include <errno.h>
-#include <ftw.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -34,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,34 +46,19 @@
 #include "meta/log.h"
 #include "tests/unit/ckpt_ref_i.h"
 
-static char dir[64];
-static char logpath[80];
 static bool on_gpu;
-
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	return remove(p);
-}
 
 static int setup(void **state)
 {
 	const char *env = getenv("KVFS_TEST_GPU");
 
 	on_gpu = env && !strcmp(env, "cuda");
-	snprintf(dir, sizeof(dir), "/tmp/kvfs-test-restore-cuda-XXXXXX");
-	if (!mkdtemp(dir))
-		return -1;
-	snprintf(logpath, sizeof(logpath), "%s.log", dir);
-	kvfs_restore_set_blas_threads(2);
-	return kvfs_log_open(logpath);
+	return ckpt_dir_setup("restore-cuda");
 }
 
 static int teardown(void **state)
 {
-	kvfs_log_close();
-	unlink(logpath);
-	return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return ckpt_dir_teardown();
 }
 
 #define NEED_GPU()                                                        \
@@ -87,54 +69,6 @@ static int teardown(void **state)
 			skip();                                           \
 		}                                                         \
 	} while (0)
-
-static const char *model_path(const char *name)
-{
-	static char p[PATH_MAX];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
-}
-
-/* ------------------------------------------------------------ models */
-
-static const struct spec llama_mha_f32 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 2, .hidden = 32, .kvh = 4, .hd = 8,
-	.wdt = KVFS_DTYPE_F32, .theta = 10000, .eps = 1e-5,
-};
-
-/* Every band of the llama3 rule (see test_restore.c). */
-static const struct spec llama_gqa_bf16 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 3, .hidden = 48, .kvh = 2, .hd = 8,
-	.wdt = KVFS_DTYPE_BF16, .theta = 500000, .eps = 1e-5,
-	.rope_type = KVFS_ROPE_LLAMA3, .factor = 8, .lo = 1, .hi = 4,
-	.orig = 512,
-};
-
-static const struct spec qwen2_bias = {
-	.family = KVFS_FAMILY_QWEN2, .L = 2, .hidden = 64, .kvh = 2, .hd = 16,
-	.wdt = KVFS_DTYPE_BF16, .bias = true, .theta = 1000000, .eps = 1e-6,
-};
-
-static const struct spec llama_linear_f16 = {
-	.family = KVFS_FAMILY_LLAMA, .L = 1, .hidden = 16, .kvh = 2, .hd = 8,
-	.wdt = KVFS_DTYPE_F16, .theta = 10000, .eps = 0.25,
-	.rope_type = KVFS_ROPE_LINEAR, .factor = 4,
-};
-
-static const uint16_t all_dtypes[] = { KVFS_DTYPE_F32, KVFS_DTYPE_BF16,
-				       KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 };
-
-static struct kvfs_restore *load_model(struct refmodel *rm, const char *file,
-				       unsigned flags)
-{
-	struct kvfs_restore *r = NULL;
-
-	write_checkpoint(model_path(file), rm->t, rm->nt);
-	assert_int_equal(kvfs_restore_load(&rm->m, model_path(file), flags, &r),
-			 0);
-	return r;
-}
 
 static struct kvfs_restore_cuda *gpu_init(const struct kvfs_restore *r,
 					  unsigned flags)
@@ -257,7 +191,7 @@ static int child_no_device(const char *path)
 	struct refmodel rm;
 	int a, b;
 
-	make_model(&rm, &llama_mha_f32, 11);
+	make_model(&rm, &ckpt_llama_mha_f32, 11);
 	write_checkpoint(path, rm.t, rm.nt);
 	if (kvfs_restore_load(&rm.m, path, 0, &r))
 		return 2;
@@ -304,7 +238,7 @@ static void test_no_device(void **state)
 	if (!pid) {
 		setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
 		execl("/proc/self/exe", "test_restore_cuda", "--no-device",
-		      model_path("nodev.safetensors"), (char *)NULL);
+		      ckpt_path("nodev.safetensors"), (char *)NULL);
 		_exit(3);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -322,15 +256,15 @@ static void test_llama_mha_f32(void **state)
 	struct block b;
 
 	NEED_GPU();
-	make_model(&rm, &llama_mha_f32, 1);
-	r = load_model(&rm, "mha.safetensors", 0);
+	make_model(&rm, &ckpt_llama_mha_f32, 1);
+	r = ckpt_load(&rm, "mha.safetensors", 0);
 	rc = gpu_init(r, 0);
 	/* norms + K/V f32 + inv_freq: 2 * (32 + 2 * 32 * 32) * 4 + 4 * 8 */
 	assert_int_equal(kvfs_restore_cuda_mem_bytes(rc),
 			 2 * (32 + 2 * 32 * 32) * 4 + 4 * 8);
 	make_block(&b, &rm, KVFS_DTYPE_F32, 37, 16, 1000);
 	for (size_t i = 0; i < 4; i++)
-		gpu_vs_cpu(rc, r, &rm, &b, all_dtypes[i]);
+		gpu_vs_cpu(rc, r, &rm, &b, ckpt_kv_dtypes[i]);
 	free_block(&b);
 	make_block(&b, &rm, KVFS_DTYPE_F32, 16, 16, 0);
 	gpu_vs_cpu(rc, r, &rm, &b, KVFS_DTYPE_F32);
@@ -351,12 +285,12 @@ static void test_llama_gqa_bf16_llama3(void **state)
 	struct block b;
 
 	NEED_GPU();
-	make_model(&rm, &llama_gqa_bf16, 2);
-	r = load_model(&rm, "gqa.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 2);
+	r = ckpt_load(&rm, "gqa.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	for (size_t i = 0; i < 4; i++)
-		gpu_vs_cpu(rc, r, &rm, &b, all_dtypes[i]);
+		gpu_vs_cpu(rc, r, &rm, &b, ckpt_kv_dtypes[i]);
 	free_block(&b);
 	make_block(&b, &rm, KVFS_DTYPE_F16, 50, 64, 4096 + 7);
 	gpu_vs_cpu(rc, r, &rm, &b, KVFS_DTYPE_BF16);
@@ -374,8 +308,8 @@ static void test_llama_linear_rope(void **state)
 	struct block b;
 
 	NEED_GPU();
-	make_model(&rm, &llama_linear_f16, 3);
-	r = load_model(&rm, "lin.safetensors", 0);
+	make_model(&rm, &ckpt_llama_linear_f16, 3);
+	r = ckpt_load(&rm, "lin.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_F16, 9, 4, 777);
 	gpu_vs_cpu(rc, r, &rm, &b, KVFS_DTYPE_F32);
@@ -394,8 +328,8 @@ static void test_qwen2_bias(void **state)
 	struct block b;
 
 	NEED_GPU();
-	make_model(&rm, &qwen2_bias, 4);
-	r = load_model(&rm, "qwen2.safetensors", 0);
+	make_model(&rm, &ckpt_qwen2_bias, 4);
+	r = ckpt_load(&rm, "qwen2.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	gpu_vs_cpu(rc, r, &rm, &b, KVFS_DTYPE_BF16);
@@ -422,9 +356,9 @@ static void test_lazy_source(void **state)
 	uint8_t *ka, *kz;
 
 	NEED_GPU();
-	make_model(&rm, &llama_gqa_bf16, 5);
-	res = load_model(&rm, "res.safetensors", 0);
-	lazy = load_model(&rm, "lazy.safetensors", KVFS_RESTORE_LAZY);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 5);
+	res = ckpt_load(&rm, "res.safetensors", 0);
+	lazy = ckpt_load(&rm, "lazy.safetensors", KVFS_RESTORE_LAZY);
 	a = gpu_init(res, 0);
 	z = gpu_init(lazy, 0);
 	assert_int_equal(kvfs_restore_cuda_mem_bytes(a),
@@ -529,7 +463,7 @@ static void bf16_mode(const struct spec *s, uint64_t seed, const char *file,
 	double worst = 0;
 
 	make_model(&rm, s, seed);
-	r = load_model(&rm, file, 0);
+	r = ckpt_load(&rm, file, 0);
 	rc = gpu_init(r, KVFS_RESTORE_CUDA_BF16);
 	rc32 = gpu_init(r, 0);
 	/* bf16 K/V weights take half the f32 bytes */
@@ -555,11 +489,11 @@ static void bf16_mode(const struct spec *s, uint64_t seed, const char *file,
 static void test_bf16_weights(void **state)
 {
 	NEED_GPU();
-	bf16_mode(&llama_gqa_bf16, 12, "b16a.safetensors", KVFS_DTYPE_BF16,
+	bf16_mode(&ckpt_llama_gqa_bf16, 12, "b16a.safetensors", KVFS_DTYPE_BF16,
 		  KVFS_DTYPE_F32);
-	bf16_mode(&llama_mha_f32, 13, "b16b.safetensors", KVFS_DTYPE_F32,
+	bf16_mode(&ckpt_llama_mha_f32, 13, "b16b.safetensors", KVFS_DTYPE_F32,
 		  KVFS_DTYPE_BF16);
-	bf16_mode(&qwen2_bias, 14, "b16c.safetensors", KVFS_DTYPE_BF16,
+	bf16_mode(&ckpt_qwen2_bias, 14, "b16c.safetensors", KVFS_DTYPE_BF16,
 		  KVFS_DTYPE_BF16);
 }
 
@@ -579,8 +513,8 @@ static void test_layer_api(void **state)
 	size_t len, kl, hl;
 
 	NEED_GPU();
-	make_model(&rm, &llama_gqa_bf16, 6);
-	r = load_model(&rm, "layer.safetensors", 0);
+	make_model(&rm, &ckpt_llama_gqa_bf16, 6);
+	r = ckpt_load(&rm, "layer.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	full = gpu_block(rc, &rm, &b, KVFS_DTYPE_BF16);
@@ -662,8 +596,8 @@ static void test_placements(void **state)
 	size_t len;
 
 	NEED_GPU();
-	make_model(&rm, &qwen2_bias, 15);
-	r = load_model(&rm, "place.safetensors", 0);
+	make_model(&rm, &ckpt_qwen2_bias, 15);
+	r = ckpt_load(&rm, "place.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	ref = gpu_block(rc, &rm, &b, KVFS_DTYPE_BF16);
@@ -754,8 +688,8 @@ static void test_bad_requests(void **state)
 	size_t len;
 
 	NEED_GPU();
-	make_model(&rm, &llama_mha_f32, 16);
-	r = load_model(&rm, "bad.safetensors", 0);
+	make_model(&rm, &ckpt_llama_mha_f32, 16);
+	r = ckpt_load(&rm, "bad.safetensors", 0);
 	assert_int_equal(kvfs_restore_cuda_init(r, 0, 1u << 7, &rc), -EINVAL);
 	assert_int_equal(kvfs_restore_cuda_init(r, 4096, 0, &rc), -ENODEV);
 	assert_int_equal(kvfs_restore_cuda_init(r, -1, 0, &rc), -ENODEV);
@@ -841,8 +775,8 @@ static void test_threads(void **state)
 	uint8_t *ref;
 
 	NEED_GPU();
-	make_model(&rm, &qwen2_bias, 7);
-	r = load_model(&rm, "thr.safetensors", 0);
+	make_model(&rm, &ckpt_qwen2_bias, 7);
+	r = ckpt_load(&rm, "thr.safetensors", 0);
 	rc = gpu_init(r, 0);
 	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
 	ref = gpu_block(rc, &rm, &b, KVFS_DTYPE_F32);
@@ -873,8 +807,8 @@ static void test_profile(void **state)
 	struct refmodel rm;
 
 	NEED_GPU();
-	make_model(&rm, &qwen2_bias, 17);
-	r = load_model(&rm, "prof.safetensors", 0);
+	make_model(&rm, &ckpt_qwen2_bias, 17);
+	r = ckpt_load(&rm, "prof.safetensors", 0);
 	rc = gpu_init(r, 0);
 	assert_int_equal(kvfs_restore_cuda_profile(rc, 64, KVFS_DTYPE_BF16,
 						   &p), 0);
