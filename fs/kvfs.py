@@ -89,6 +89,25 @@ class CtlMem(ctypes.Structure):
                 ("shm_name", ctypes.c_char * NAME_MAX),
                 ("ipc", _u8 * 64)]
 
+    @classmethod
+    def cuda(cls, handle, size, device=0):
+        """A caller's device memory, for a cuda tier: the 64 bytes of the
+        cudaIpcMemHandle_t of the allocation, its size and device ordinal.
+
+        Offsets in requests count from the start of that allocation. In
+        PyTorch, ``t.untyped_storage()._share_cuda_()`` gives the handle
+        of the caching allocator's block that holds ``t``, and the offset
+        of ``t``'s storage inside it.
+        """
+        handle = bytes(handle)
+        if len(handle) != 64:
+            raise ValueError("a cudaIpcMemHandle_t is 64 bytes")
+        if size <= 0 or device < 0:
+            raise ValueError("size must be > 0 and device >= 0")
+        m = cls(backend=BACKEND_CUDA, device=device, size=size)
+        ctypes.memmove(m.ipc, handle, 64)
+        return m
+
 
 class CtlSync(ctypes.Structure):
     """struct kvfs_ctl_sync: where FETCH_INTO's completion word lives."""

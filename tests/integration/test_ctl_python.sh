@@ -245,7 +245,15 @@ sys.stdin.read()
                         shm_name=b"/kvfs-no-such-peer")
     raises("fetch_into a peer that does not exist: ENOENT", errno.ENOENT,
            c.fetch_into, NS, keys[:1], ghost, [0], sync)
-    cuda = kvfs.CtlMem(backend=kvfs.BACKEND_CUDA, size=PAY)
+    cuda = kvfs.CtlMem.cuda(bytes(range(64)), PAY, device=1)
+    check("CtlMem.cuda fills the struct",
+          cuda.backend == kvfs.BACKEND_CUDA and cuda.device == 1 and
+          cuda.size == PAY and bytes(cuda.ipc) == bytes(range(64)))
+    try:
+        kvfs.CtlMem.cuda(b"x" * 63, PAY)
+        check("CtlMem.cuda refuses a short handle", False, "accepted")
+    except ValueError:
+        check("CtlMem.cuda refuses a short handle", True)
     raises("fetch_into a cuda handle on a shm pool: EINVAL", errno.EINVAL,
            c.fetch_into, NS, keys[:1], cuda, [0], sync)
 
