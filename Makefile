@@ -54,10 +54,19 @@ KVFS_CUDA ?= $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1,0)
 ifeq ($(KVFS_CUDA),1)
 override CFLAGS += -DKVFS_HAVE_CUDA -isystem $(CUDA_HOME)/include
 ifeq ($(CUDAEMU),1)
-# tests/gpu/cudaemu.c stands in for cudart (host memory, deferred async
-# copies): the cuda backend's logic runs without a GPU. Kernels cannot.
+# tests/gpu/cudaemu.c stands in for cudart (host memory, deferred stream
+# work): the cuda backend's logic runs without a GPU. The restoration
+# kernels are C re-implementations of their documented math
+# (tests/gpu/cudaemu_kern.c), so gpu/restore_cuda.c builds its real path;
+# cuBLAS is a fake on OpenBLAS (tests/gpu/cublasemu.c, loaded through
+# KVFS_CUBLAS_LIB) that finds kvfs_cudaemu_* in the executable, hence
+# -rdynamic. restore_kern.cu itself is not run.
 NVCC :=
-EMU_OBJS := $(BUILD)/obj/tests/gpu/cudaemu.o
+EMU_OBJS := $(BUILD)/obj/tests/gpu/cudaemu.o \
+	$(BUILD)/obj/tests/gpu/cudaemu_kern.o
+EMU_CUBLAS := $(BUILD)/lib/libcublas-emu.so
+override CFLAGS += -DKVFS_HAVE_CUDA_KERNELS
+override LDFLAGS += -rdynamic
 else
 LIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 endif
@@ -246,30 +255,46 @@ test-gpu: deps
 	exit $$fail
 
 # The same device tests against tests/gpu/cudaemu.c instead of cudart: the
-# cuda backend's pools, staging, batching, events and IPC handles run on a
-# machine without a GPU. Kernels cannot, so the restoration suite is left
-# to test-gpu. Built apart, in $(BUILD)-cudaemu.
+# cuda backend's pools, staging, batching, events and IPC handles, and the
+# host side of the GPU restoration (its kernels emulated in C, cuBLAS
+# faked on OpenBLAS), run on a machine without a GPU. The unit suites run
+# in both of the stand-in's stream orders (lazy: a missing wait for a
+# writer shows; eager: a missing wait for a reader shows). Built apart,
+# in $(BUILD)-cudaemu; bench_restore_cuda is built there but not run.
 EMU_BUILD := $(BUILD)-cudaemu
-EMU_UNIT := $(filter-out test_restore_cuda,$(GPU_UNIT))
+EMU_UNIT := $(GPU_UNIT)
+EMU_ENV := KVFS_TEST_GPU=cuda \
+	KVFS_CUBLAS_LIB=$(abspath $(EMU_BUILD))/lib/libcublas-emu.so
 .PHONY: test-gpu-emu
 test-gpu-emu: deps
 	$(Q)[ "$(KVFS_CUDA)" = 1 ] || { echo "kvfs: no CUDA toolkit in $(CUDA_HOME)" >&2; exit 1; }
 	$(Q)$(MAKE) --no-print-directory BUILD=$(EMU_BUILD) CUDAEMU=1 WERROR=1 \
 		$(PROGS:%=$(EMU_BUILD)/bin/%) \
 		$(ITEST_SRCS:tests/integration/%.c=$(EMU_BUILD)/itests/%) \
-		$(EMU_UNIT:%=$(EMU_BUILD)/tests/%)
+		$(EMU_UNIT:%=$(EMU_BUILD)/tests/%) \
+		$(EMU_BUILD)/bench/bench_restore_cuda \
+		$(EMU_BUILD)/lib/libcublas-emu.so
 	$(Q)fail=0; \
-	for t in $(EMU_UNIT); do \
-		echo "  EMU    $$t"; \
-		if KVFS_TEST_GPU=cuda $(EMU_BUILD)/tests/$$t >$(EMU_BUILD)/$$t.log 2>&1; then \
-			grep -h '^\[  PASSED' $(EMU_BUILD)/$$t.log; \
-		else cat $(EMU_BUILD)/$$t.log; fail=1; fi; \
-	done; \
+	for t in $(EMU_UNIT); do for o in lazy eager; do \
+		echo "  EMU    $$t ($$o)"; \
+		if KVFS_CUDAEMU_ORDER=$$o $(EMU_ENV) $(EMU_BUILD)/tests/$$t >$(EMU_BUILD)/$$t.$$o.log 2>&1; then \
+			grep -h '^\[  PASSED' $(EMU_BUILD)/$$t.$$o.log; \
+		else cat $(EMU_BUILD)/$$t.$$o.log; fail=1; fi; \
+	done; done; \
 	for t in $(GPU_ITEST); do \
 		echo "  EMU    $$t"; \
-		BUILD=$(EMU_BUILD) KVFS_TEST_GPU=cuda bash $$t || fail=1; \
+		BUILD=$(EMU_BUILD) $(EMU_ENV) bash $$t || fail=1; \
 	done; \
 	exit $$fail
+
+# The fake cuBLAS of the emulated build: its kvfs_cudaemu_* and element
+# converters are the executable's.
+ifeq ($(CUDAEMU),1)
+$(EMU_CUBLAS): $(BUILD)/pic/tests/gpu/cublasemu.o
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -shared -o $@ $^ -lopenblas -lm
+endif
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

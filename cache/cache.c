@@ -1042,7 +1042,11 @@ void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
  *                    *priv (the reader's own copy);
  *   KVFS_LOAD_PIN    into DRAM, evicting others if needed, or -ENOSPC;
  *   KVFS_LOAD_MOVE   into DRAM only if it has free room now (promotion
- *                    never grows the upper tier), else -ENOSPC.
+ *                    never grows the upper tier), else -ENOSPC;
+ *   KVFS_LOAD_PRIV   always into a private buffer (*priv, 4096-aligned,
+ *                    *priv_len the SSD extent's length; the caller frees
+ *                    it): a stored image wanted only once, for a
+ *                    restoration straight into the device pool.
  * Caller holds b->io_lock.
  */
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
@@ -1072,11 +1076,11 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 	}
 	if (mode == KVFS_LOAD_MOVE)
 		rc = dram->ops->alloc(dram, sx.len, &ext);
-	else if (admit)
+	else if (admit && mode != KVFS_LOAD_PRIV)
 		rc = kvfs_dram_reserve(c, sx.len, &ext);
 	else
 		rc = -ENOSPC;
-	if (rc && mode != KVFS_LOAD_READ)
+	if (rc && mode != KVFS_LOAD_READ && mode != KVFS_LOAD_PRIV)
 		return rc;
 	if (!rc)
 		buf = ext.ptr;

@@ -5,7 +5,10 @@
  * policy's admission into DRAM), and leases.
  *
  * The pool holds a block's whole file image, so a copy can go back to DRAM
- * without touching the SSD; clients are given the payload's offset.
+ * without touching the SSD; clients are given the payload's offset.  A
+ * block stored as hidden states is restored straight into its extent
+ * (kvfs_rpool_to_device()); one restored on the GPU has its header's
+ * payload CRC filled in only when its image is copied out (gpu_demote).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -37,9 +40,11 @@ static bool ok_gpu(struct kvfs_pnode *n, void *arg)
 	       !(atomic_load(&b->flags) & KVFS_B_DELETED);
 }
 
-/* Caller holds c->policy_lock. */
+/* Caller holds c->policy_lock.  *@nocrc: the image's payload CRC is
+ * not filled in (KVFS_B_GPU_NOCRC).
+ */
 static int gpu_unpublish(struct kvfs_cache *c, struct kvfs_block *b,
-			 struct kvfs_extent *out)
+			 struct kvfs_extent *out, bool *nocrc)
 {
 	pthread_mutex_lock(&b->lock);
 	if (!b->gpu.len) {
@@ -52,6 +57,8 @@ static int gpu_unpublish(struct kvfs_cache *c, struct kvfs_block *b,
 	}
 	*out = b->gpu;
 	memset(&b->gpu, 0, sizeof(b->gpu));
+	*nocrc = atomic_fetch_and(&b->flags, ~(unsigned)KVFS_B_GPU_NOCRC) &
+		 KVFS_B_GPU_NOCRC;
 	atomic_fetch_and(&b->tiers, ~(unsigned)KVFS_TIER_BIT_GPU);
 	pthread_mutex_unlock(&b->lock);
 	kvfs_policy_remove(c->policy, KVFS_TIER_GPU, &b->pn);
@@ -68,13 +75,13 @@ static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
 	struct kvfs_extent gx, dx = { 0 };
-	bool admit;
+	bool admit, nocrc = false;
 	int rc;
 
 	pthread_mutex_lock(&c->policy_lock);
 	admit = kvfs_policy_admit(c->policy, KVFS_TIER_GPU, KVFS_TIER_DRAM,
 				  &b->pn);
-	rc = gpu_unpublish(c, b, &gx);
+	rc = gpu_unpublish(c, b, &gx, &nocrc);
 	pthread_mutex_unlock(&c->policy_lock);
 	if (rc)
 		return rc;
@@ -86,6 +93,11 @@ static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
 			c->tier[KVFS_TIER_DRAM]->ops->free(
 				c->tier[KVFS_TIER_DRAM], &dx);
 		} else {
+			/* Restored on the GPU: the payload is in host
+			 * memory now, so its CRC can be summed.
+			 */
+			if (nocrc)
+				kvfs_img_seal(dx.ptr, b->size);
 			pthread_mutex_lock(&c->policy_lock);
 			pthread_mutex_lock(&b->lock);
 			b->dram = dx;
@@ -178,7 +190,11 @@ static void host_img_put(struct kvfs_cache *c, struct host_img *h)
 /*
  * Make @n blocks resident in the pool, in one batch: reserve extents,
  * gather host images, one upload, then publish. Concurrent callers are
- * serialised, so a block wanted by two fetchers is loaded once.
+ * serialised, so a block wanted by two fetchers is loaded once (and a
+ * block stored as hidden states restored once).  Such a block is
+ * restored straight into its extent when its namespace has a device
+ * restorer (kvfs_rpool_to_device()); if that fails it takes the usual
+ * path: restored through DRAM by the read path and uploaded.
  */
 int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 		  unsigned flags)
@@ -187,7 +203,9 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	struct kvfs_gpu_xfer *x = NULL;
 	struct kvfs_extent *ext = NULL;
 	struct host_img *img = NULL;
-	size_t m = 0;
+	struct kvfs_block **blk = NULL;
+	bool *dev = NULL, *nocrc = NULL;
+	size_t m = 0, nx = 0;
 	int rc = 0;
 
 	if (!gpu)
@@ -199,7 +217,10 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	x = calloc(n ? n : 1, sizeof(*x));
 	ext = calloc(n ? n : 1, sizeof(*ext));
 	img = calloc(n ? n : 1, sizeof(*img));
-	if (!x || !ext || !img) {
+	blk = calloc(n ? n : 1, sizeof(*blk));
+	dev = calloc(n ? n : 1, sizeof(*dev));
+	nocrc = calloc(n ? n : 1, sizeof(*nocrc));
+	if (!x || !ext || !img || !blk || !dev || !nocrc) {
 		rc = -ENOMEM;
 		goto out_unlock;
 	}
@@ -217,28 +238,53 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 				 !(flags & KVFS_GPU_NOEVICT));
 		if (rc)
 			goto out_undo;
+		blk[m] = b;
+		if (kvfs_block_needs_restore(b)) {
+			rc = kvfs_rpool_to_device(c, b, &ext[m], &nocrc[m]);
+			if (!rc) {
+				dev[m++] = true;
+				continue;
+			}
+			if (rc == -ENOENT || rc == -EBADMSG) {
+				gpu->ops->free(gpu, &ext[m]);
+				goto out_undo;
+			}
+			if (rc < 0) {
+				/* Logged; the usual path never serves
+				 * what failed here.
+				 */
+				atomic_fetch_add(&c->st_restore_dev_fallback,
+						 1);
+				kvfs_warn("ns %s: restoring through DRAM "
+					  "instead", b->ns->rec.name);
+			}
+			nocrc[m] = false;
+		}
 		rc = host_img_get(c, b, &img[m]);
 		if (rc) {
 			gpu->ops->free(gpu, &ext[m]);
 			goto out_undo;
 		}
-		x[m].pool = &ext[m];
-		x[m].host = (void *)img[m].p;
-		x[m].len = b->size;
+		x[nx].pool = &ext[m];
+		x[nx].host = (void *)img[m].p;
+		x[nx].len = b->size;
+		nx++;
 		m++;
 	}
-	if (m) {
-		rc = c->gops->upload(gpu, x, m);
+	if (nx) {
+		rc = c->gops->upload(gpu, x, nx);
 		if (rc)
 			goto out_undo;
 	}
 	pthread_mutex_lock(&c->policy_lock);
 	for (size_t i = 0; i < m; i++) {
-		struct kvfs_block *b = img[i].r.b;
+		struct kvfs_block *b = blk[i];
 		struct kvfs_paccess a = { .now = kvfs_util_now_real() };
 
 		pthread_mutex_lock(&b->lock);
 		b->gpu = ext[i];
+		if (nocrc[i])
+			atomic_fetch_or(&b->flags, KVFS_B_GPU_NOCRC);
 		atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_GPU);
 		pthread_mutex_unlock(&b->lock);
 		kvfs_policy_insert(c->policy, KVFS_TIER_GPU, &b->pn, &a);
@@ -247,18 +293,23 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	}
 	pthread_mutex_unlock(&c->policy_lock);
 	for (size_t i = 0; i < m; i++)
-		host_img_put(c, &img[i]);
+		if (!dev[i])
+			host_img_put(c, &img[i]);
 	goto out_unlock;
 
 out_undo:
 	for (size_t i = 0; i < m; i++) {
 		gpu->ops->free(gpu, &ext[i]);
-		host_img_put(c, &img[i]);
+		if (!dev[i])
+			host_img_put(c, &img[i]);
 	}
 out_unlock:
 	pthread_mutex_unlock(&c->gpu_load_lock);
 	free(x);
 	free(ext);
 	free(img);
+	free(blk);
+	free(dev);
+	free(nocrc);
 	return rc;
 }

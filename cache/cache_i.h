@@ -24,6 +24,24 @@
 
 #define KVFS_SHARDS 64
 
+/* How a namespace's hidden-state blocks are restored when they are
+ * loaded into the device pool ([tier.gpu] restore, docs/hcache.md).
+ */
+enum kvfs_hc_dev {
+	/* No device tier or no weights: through the read path, the KV
+	 * image kept in DRAM and uploaded from there.
+	 */
+	KVFS_HC_DEV_NONE = 0,
+	/* On the CPU, straight into the pool extent: its host mapping
+	 * (shm), or a bounce buffer uploaded at once (cuda).
+	 */
+	KVFS_HC_DEV_CPU = 1,
+	/* On the GPU (kvfs_restore_cuda), straight into the extent. */
+	KVFS_HC_DEV_GPU = 2,
+};
+
+struct kvfs_restore_cuda;
+
 /*
  * Hidden-state restoration of one namespace (restore_pool.c).  Set up by
  * kvfs_rpool_start() before the mount serves requests and immutable after
@@ -31,6 +49,17 @@
  */
 struct kvfs_hc_ns {
 	struct kvfs_restore *rst; /* NULL: no weights, HIDDEN writes refused */
+	int dev;                  /* enum kvfs_hc_dev */
+	/* With KVFS_HC_DEV_GPU: the weights on the pool's device.  Its calls
+	 * serialise on their own mutex (only FETCH and promotion use it, and
+	 * they run under c->gpu_load_lock anyway).
+	 */
+	struct kvfs_restore_cuda *rc;
+	/* With KVFS_HC_DEV_GPU, when profiled: the GPU's figures per layer
+	 * of a full block (seconds).
+	 */
+	bool gpu_profiled;
+	double gpu_compute, gpu_h2d_hidden, gpu_h2d_kv;
 	/* The split HIDDEN writes are stored with (meta/fmt.h): n_layers
 	 * keeps them as written, 0 restores them to KV at commit, anything
 	 * between stores them MIXED (layers from kv_from on restored).
@@ -66,6 +95,12 @@ enum kvfs_bflag {
 	KVFS_B_QUEUED = 1 << 2,    /* on the write-back queue */
 	KVFS_B_WBERR = 1 << 3,     /* write-back failed for good */
 	KVFS_B_FREED = 1 << 4,     /* deleted and its space given back */
+	/* The pool copy was restored on the GPU: its header's payload CRC
+	 * (and so its header CRC) is not filled in; set and cleared with
+	 * b->gpu.  Whoever copies the image out of the pool fills them
+	 * (kvfs_img_seal()).
+	 */
+	KVFS_B_GPU_NOCRC = 1 << 5,
 };
 
 struct kvfs_block {
@@ -224,6 +259,9 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_converted;        /* HIDDEN writes made KV */
 	atomic_uint_least64_t st_splits;           /* HIDDEN made MIXED */
 	atomic_uint_least64_t st_pipelined;        /* SSD restores streamed */
+	atomic_uint_least64_t st_restore_dev;      /* straight into the pool */
+	atomic_uint_least64_t st_restore_gpu;      /* ... of those on the GPU */
+	atomic_uint_least64_t st_restore_dev_fallback; /* failed: via DRAM */
 };
 
 /* Whether @b's stored form has hidden-state layers, so that reads need
@@ -283,6 +321,7 @@ enum kvfs_load_mode {
 	KVFS_LOAD_READ = 1,
 	KVFS_LOAD_PIN,
 	KVFS_LOAD_MOVE,
+	KVFS_LOAD_PRIV,
 };
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
@@ -350,6 +389,27 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 		     const uint8_t *h, uint64_t h_len, uint32_t kv_from,
 		     uint8_t *dst, uint64_t dst_len);
 void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f);
+/*
+ * kvfs_rpool_to_device() - restore @b (kind HIDDEN or MIXED) straight into
+ *   pool extent @e (allocated by the caller, at least b->size bytes): the
+ *   KV file image a read serves, laid out as kvfs_gpu_load() uploads one,
+ *   with no KV image in DRAM.  The stored image comes from the DRAM copy
+ *   (held under b->readers) or a private, verified load from the SSD.  On
+ *   the GPU (KVFS_HC_DEV_GPU) the header goes in with its payload CRC
+ *   unfilled and *@nocrc is set (see KVFS_B_GPU_NOCRC); otherwise the image
+ *   is complete.  Returns 0 (counted in restore.blocks and
+ *   restore.to_device); 1 when @b should take the usual path (no device
+ *   restorer, a restoration job for it under way, which the usual path
+ *   joins, or its DRAM copy already the KV image); -ENOENT (deleted),
+ *   -EBADMSG (the SSD copy fails verification, logged), or another -errno
+ *   (logged) after which the caller may take the usual path.  Caller holds
+ *   c->gpu_load_lock and a reference on @b, no other engine lock.
+ * kvfs_img_seal() - fill in the payload CRC and the header CRC of the
+ *   @size-byte image @img (its header otherwise complete).
+ */
+int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
+			 const struct kvfs_extent *e, bool *nocrc);
+void kvfs_img_seal(uint8_t *img, uint64_t size);
 /* The block-file kind in an image's header. */
 static inline uint16_t kvfs_img_kind(const void *img)
 {

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cache/cache_i.h"
+#include "gpu/restore_cuda.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -70,6 +71,11 @@ struct kvfs_rpool {
 	pthread_t thr[RPOOL_THREADS];
 	unsigned n_threads;         /* started and not yet joined */
 	bool stop;
+	/* Restorations straight into the device pool on the CPU; guarded
+	 * by c->gpu_load_lock (they run only under it).  NULL until the
+	 * first.
+	 */
+	struct kvfs_restore_ws *dev_ws;
 };
 
 /* ---------------------------------------------------------- the KV image */
@@ -840,6 +846,220 @@ void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b)
 	pthread_mutex_unlock(&rp->lock);
 }
 
+/* ------------------------------------------ straight into the device pool */
+
+void kvfs_img_seal(uint8_t *img, uint64_t size)
+{
+	uint32_t crc = kvfs_fmt_crc32c(0, img + KVFS_FMT_HDR_SIZE,
+				       size - KVFS_FMT_HDR_SIZE);
+
+	kvfs_util_put32(img + offsetof(struct kvfs_fmt_hdr, payload_crc), crc);
+	crc = kvfs_fmt_crc32c(0, img, offsetof(struct kvfs_fmt_hdr, hdr_crc));
+	kvfs_util_put32(img + offsetof(struct kvfs_fmt_hdr, hdr_crc), crc);
+}
+
+/*
+ * On the CPU: into the extent's host mapping (shm), or, where the pool
+ * has none (cuda), into a bounce buffer uploaded at once.  The image is
+ * complete, CRCs included.
+ */
+static int dev_cpu(struct kvfs_cache *c, struct kvfs_block *b,
+		   const struct hsrc *s, const struct kvfs_extent *e)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_rpool *rp = c->rpool;
+	struct kvfs_gpu_xfer x = { 0 };
+	uint8_t *dst, *bounce = NULL;
+	int rc;
+
+	if (!rp->dev_ws && kvfs_restore_ws_alloc(&rp->dev_ws))
+		rp->dev_ws = NULL; /* each call allocates its own */
+	dst = gpu->ops->map(gpu, e);
+	if (!dst) {
+		bounce = aligned_alloc(KVFS_FMT_ALIGN, e->len);
+		if (!bounce)
+			return -ENOMEM;
+		dst = bounce;
+	}
+	rc = kvfs_rpool_build(b->ns, rp->dev_ws, s->p, s->len, 0, dst, e->len);
+	if (!rc && bounce) {
+		x.pool = e;
+		x.host = bounce;
+		x.len = b->size;
+		rc = c->gops->upload(gpu, &x, 1);
+	}
+	free(bounce);
+	return rc;
+}
+
+/*
+ * On the GPU: the hidden layers (below the stored kv_from) are projected
+ * by kvfs_restore_cuda_block() from host memory into the extent's device
+ * address; the header, the token ids and the layers stored as K and V
+ * are uploaded as they are, the header with kind KV and its payload CRC
+ * left for kvfs_img_seal() (the payload is not in host memory to sum).
+ */
+static int dev_gpu(struct kvfs_cache *c, struct kvfs_block *b,
+		   const struct hsrc *s, const struct kvfs_extent *e)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_ns *ns = b->ns;
+	const struct kvfs_geom *g = &ns->geom;
+	const struct kvfs_restore_model *m = kvfs_restore_model(ns->hc.rst);
+	struct kvfs_restore_cuda_io io = { 0 };
+	struct kvfs_gpu_xfer x[2] = { { 0 } };
+	struct kvfs_fmt_hdr hd;
+	enum kvfs_fmt_err fe;
+	uint64_t po, size, hlb, klb, so, sl, ko, kl;
+	uint32_t src_from, n;
+	uint8_t *head, *dev = NULL;
+	size_t nx = 1;
+	int rc;
+
+	fe = kvfs_fmt_validate(s->p, s->len, g, NULL, ns->rec.root,
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED |
+				       KVFS_FMT_SKIP_PAYLOAD_CRC,
+			       &hd);
+	if (fe != KVFS_FMT_OK || hd.kind == KVFS_KIND_KV ||
+	    hd.n_tokens != b->n_tokens)
+		return -EINVAL;
+	src_from = kvfs_fmt_hdr_kv_from(&hd);
+	n = hd.n_tokens;
+	po = kvfs_fmt_payload_off(n);
+	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, n);
+	hlb = kvfs_restore_hidden_layer_bytes(m, n, g->chunk_tokens, g->dtype);
+	klb = kvfs_restore_kv_layer_bytes(m, n, g->chunk_tokens, g->dtype);
+	/* The request names whole payloads; only the hidden layers' part of
+	 * the stored one is read, and it must lie inside the image.
+	 */
+	if (size != b->size || size > e->len || !hlb || !klb ||
+	    po + (uint64_t)g->n_layers * hlb > s->len ||
+	    po + (uint64_t)g->n_layers * klb != size)
+		return -EINVAL;
+	rc = c->gops->extent_addr(gpu, e, (void **)&dev);
+	if (rc)
+		return rc;
+	io.hidden = s->p + po;
+	io.hidden_len = (uint64_t)g->n_layers * hlb;
+	io.hidden_dtype = g->dtype;
+	io.kv = dev + po;
+	io.kv_len = size - po;
+	io.kv_dtype = g->dtype;
+	io.start_pos = hd.start_pos;
+	io.n_tokens = n;
+	io.chunk_tokens = g->chunk_tokens;
+	io.first_layer = 0;
+	io.n_layers = src_from;
+	io.flags = KVFS_RC_KV_DEVICE;
+	rc = kvfs_restore_cuda_block(ns->hc.rc, &io);
+	if (rc)
+		return rc;
+	head = malloc(po);
+	if (!head)
+		return -ENOMEM;
+	memcpy(head, s->p, po);
+	kvfs_util_put16(head + offsetof(struct kvfs_fmt_hdr, kind),
+			KVFS_KIND_KV);
+	kvfs_util_put16(head + offsetof(struct kvfs_fmt_hdr, kv_from), 0);
+	kvfs_util_put32(head + offsetof(struct kvfs_fmt_hdr, payload_crc), 0);
+	kvfs_util_put32(head + offsetof(struct kvfs_fmt_hdr, hdr_crc),
+			kvfs_fmt_crc32c(0, head,
+					offsetof(struct kvfs_fmt_hdr,
+						 hdr_crc)));
+	x[0] = (struct kvfs_gpu_xfer){ .pool = e, .host = head, .len = po };
+	if (src_from < g->n_layers) {
+		/* The K and V layers follow each other at the end of both
+		 * layouts.
+		 */
+		if (kvfs_fmt_layer_range(g, n, src_from, src_from, &so, &sl) ||
+		    kvfs_fmt_layer_range(g, n, 0, src_from, &ko, &kl) ||
+		    sl != kl || s->len - so != size - ko) {
+			free(head);
+			return -EINVAL;
+		}
+		x[1] = (struct kvfs_gpu_xfer){ .pool = e,
+					       .host = (void *)(s->p + so),
+					       .off = ko, .len = size - ko };
+		nx = 2;
+	}
+	rc = c->gops->upload(gpu, x, nx);
+	free(head);
+	return rc;
+}
+
+int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
+			 const struct kvfs_extent *e, bool *nocrc)
+{
+	struct kvfs_rpool *rp = c->rpool;
+	struct kvfs_ns *ns = b->ns;
+	struct kvfs_hc_ns *hc = &ns->hc;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	uint64_t t0 = kvfs_util_now_mono(), priv_len = 0;
+	void *priv = NULL;
+	struct hsrc s;
+	bool busy;
+	int rc;
+
+	*nocrc = false;
+	if (!rp || !hc->rst || hc->dev == KVFS_HC_DEV_NONE ||
+	    !c->tier[KVFS_TIER_GPU] || !c->gops ||
+	    !kvfs_block_needs_restore(b) || e->len < b->size)
+		return 1;
+	/* A restoration under way puts the KV image in DRAM: the usual
+	 * path joins it rather than restoring a second time.
+	 */
+	pthread_mutex_lock(&rp->lock);
+	busy = job_find(rp, b) != NULL;
+	pthread_mutex_unlock(&rp->lock);
+	if (busy)
+		return 1;
+	/* As a reader: a delete cannot free the copies meanwhile. */
+	atomic_fetch_add(&b->opens, 1);
+	if (atomic_load(&b->flags) & KVFS_B_DELETED) {
+		rc = -ENOENT;
+		goto out_close;
+	}
+	rc = hidden_src(b, &s);
+	if (rc == -ENOENT) {
+		/* Only on the SSD: a private, verified copy of the stored
+		 * image, which never takes DRAM room.
+		 */
+		pthread_mutex_lock(&b->io_lock);
+		rc = kvfs_block_load(c, b, KVFS_LOAD_PRIV, &priv, &priv_len);
+		pthread_mutex_unlock(&b->io_lock);
+		if (rc)
+			goto out_close;
+		s = (struct hsrc){ .p = priv, .len = b->ssize };
+	} else if (rc) {
+		goto out_close; /* 1: the DRAM copy is the KV image */
+	}
+	rc = hc->dev == KVFS_HC_DEV_GPU ? dev_gpu(c, b, &s, e) :
+					  dev_cpu(c, b, &s, e);
+	hidden_src_put(b, &s);
+	free(priv);
+	if (!rc) {
+		*nocrc = hc->dev == KVFS_HC_DEV_GPU;
+		atomic_fetch_add(&c->st_restores, 1);
+		atomic_fetch_add(&hc->restored, 1);
+		atomic_fetch_add(&c->st_restore_dev, 1);
+		if (hc->dev == KVFS_HC_DEV_GPU)
+			atomic_fetch_add(&c->st_restore_gpu, 1);
+		atomic_fetch_add(&c->st_restore_ns,
+				 kvfs_util_now_mono() - t0);
+	}
+out_close:
+	if (rc < 0 && rc != -ENOENT && rc != -EBADMSG) {
+		kvfs_fmt_key_hex(b->pn.key, hex);
+		kvfs_err("ns %s: restoring block %s.kv into the device pool "
+			 "on the %s failed: %s", ns->rec.name, hex,
+			 hc->dev == KVFS_HC_DEV_GPU ? "GPU" : "CPU",
+			 strerror(-rc));
+	}
+	atomic_fetch_sub(&b->opens, 1);
+	kvfs_block_try_free(c, b);
+	return rc;
+}
+
 /* ------------------------------------------------------------- profiling */
 
 static int cmp_double(const void *a, const void *b)
@@ -1149,6 +1369,73 @@ static int hc_load(struct kvfs_cache *c, struct kvfs_ns *ns,
 	return hc_decide(ns, cn);
 }
 
+/*
+ * The device restorer of @ns ([tier.gpu] restore): the GPU with the cuda
+ * backend when it can start (restore = gpu refuses the start otherwise,
+ * auto falls back to the CPU, saying why), the CPU into the pool
+ * otherwise.  Without a device tier there is none.
+ */
+static int hc_dev_init(struct kvfs_cache *c, struct kvfs_ns *ns)
+{
+	struct kvfs_hc_ns *hc = &ns->hc;
+	struct kvfs_restore_cuda_prof p;
+	int want = c->conf.gpu_restore, rc;
+
+	hc->dev = KVFS_HC_DEV_NONE;
+	if (!c->tier[KVFS_TIER_GPU] || !c->gops)
+		return 0;
+	if (c->conf.gpu_backend != KVFS_CONF_GPU_CUDA ||
+	    want == KVFS_CONF_RESTORE_CPU) {
+		hc->dev = KVFS_HC_DEV_CPU;
+		kvfs_info("ns %s: blocks stored as hidden states are restored "
+			  "on the CPU straight into the device pool when it "
+			  "loads them ([tier.gpu] restore = %s)", ns->rec.name,
+			  want == KVFS_CONF_RESTORE_CPU ? "cpu" : "auto");
+		return 0;
+	}
+	rc = kvfs_restore_cuda_init(hc->rst, (int)c->conf.gpu_device, 0,
+				    &hc->rc);
+	if (rc) {
+		hc->rc = NULL;
+		if (want == KVFS_CONF_RESTORE_GPU) {
+			kvfs_err("ns %s: [tier.gpu] restore = gpu, but GPU "
+				 "restoration cannot start on CUDA device %u "
+				 "(%s): refusing to start", ns->rec.name,
+				 c->conf.gpu_device, strerror(-rc));
+			return rc;
+		}
+		hc->dev = KVFS_HC_DEV_CPU;
+		kvfs_warn("ns %s: [tier.gpu] restore = auto: GPU restoration "
+			  "cannot start on CUDA device %u (%s): blocks stored "
+			  "as hidden states are restored on the CPU and "
+			  "uploaded", ns->rec.name, c->conf.gpu_device,
+			  strerror(-rc));
+		return 0;
+	}
+	hc->dev = KVFS_HC_DEV_GPU;
+	kvfs_info("ns %s: blocks stored as hidden states are restored on "
+		  "CUDA device %u straight into the device pool (%" PRIu64
+		  " bytes of weights there)", ns->rec.name, c->conf.gpu_device,
+		  kvfs_restore_cuda_mem_bytes(hc->rc));
+	rc = kvfs_restore_cuda_profile(hc->rc, ns->geom.block_tokens,
+				       ns->geom.dtype, &p);
+	if (rc) {
+		kvfs_warn("ns %s: hcache: the GPU could not be profiled (%s)",
+			  ns->rec.name, strerror(-rc));
+		return 0;
+	}
+	hc->gpu_profiled = true;
+	hc->gpu_compute = p.compute;
+	hc->gpu_h2d_hidden = p.h2d_hidden;
+	hc->gpu_h2d_kv = p.h2d_kv;
+	kvfs_info("ns %s: hcache GPU profile per layer of a %u-token block: "
+		  "projection %.1f us (GEMM %.1f), H2D hidden %.1f us, KV "
+		  "%.1f us", ns->rec.name, ns->geom.block_tokens,
+		  p.compute * 1e6, p.gemm * 1e6, p.h2d_hidden * 1e6,
+		  p.h2d_kv * 1e6);
+	return 0;
+}
+
 /* ---------------------------------------------------------- lifecycle */
 
 int kvfs_rpool_start(struct kvfs_cache *c)
@@ -1175,6 +1462,8 @@ int kvfs_rpool_start(struct kvfs_cache *c)
 		if (!cn || !cn->hc.weights[0])
 			continue;
 		rc = hc_load(c, ns, cn, ws);
+		if (!rc)
+			rc = hc_dev_init(c, ns);
 		want = RPOOL_THREADS;
 	}
 	kvfs_restore_ws_free(ws);
@@ -1228,10 +1517,13 @@ void kvfs_rpool_free(struct kvfs_cache *c)
 		pthread_mutex_destroy(&rp->lock);
 		pthread_cond_destroy(&rp->work);
 		pthread_cond_destroy(&rp->done);
+		kvfs_restore_ws_free(rp->dev_ws);
 		free(rp);
 		c->rpool = NULL;
 	}
 	for (size_t i = 0; i < c->n_ns; i++) {
+		kvfs_restore_cuda_free(c->ns[i].hc.rc);
+		c->ns[i].hc.rc = NULL;
 		kvfs_restore_free(c->ns[i].hc.rst);
 		c->ns[i].hc.rst = NULL;
 	}
@@ -1263,6 +1555,10 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 	CS("restore.commit_conversions", atomic_load(&c->st_converted));
 	CS("restore.commit_splits", atomic_load(&c->st_splits));
 	CS("restore.pipelined", atomic_load(&c->st_pipelined));
+	CS("restore.to_device", atomic_load(&c->st_restore_dev));
+	CS("restore.to_device_gpu", atomic_load(&c->st_restore_gpu));
+	CS("restore.to_device_fallbacks",
+	   atomic_load(&c->st_restore_dev_fallback));
 	CS("restore.threads", c->rpool ? c->rpool->n_threads : 0);
 #undef CS
 	for (size_t i = 0; i < c->n_ns; i++) {
@@ -1295,6 +1591,17 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 		NS("converted", "%" PRIu64,
 		   (uint64_t)atomic_load(&hc->converted));
 		NS("split", "%" PRIu64, (uint64_t)atomic_load(&hc->splits));
+		NS("device_restore", "%s",
+		   hc->dev == KVFS_HC_DEV_GPU ? "gpu" :
+		   hc->dev == KVFS_HC_DEV_CPU ? "cpu" : "none");
+		if (hc->gpu_profiled) {
+			NS("profile.gpu.compute_ns", "%" PRIu64,
+			   (uint64_t)llround(hc->gpu_compute * 1e9));
+			NS("profile.gpu.h2d_hidden_ns", "%" PRIu64,
+			   (uint64_t)llround(hc->gpu_h2d_hidden * 1e9));
+			NS("profile.gpu.h2d_kv_ns", "%" PRIu64,
+			   (uint64_t)llround(hc->gpu_h2d_kv * 1e9));
+		}
 		if (!hc->planned)
 			continue;
 		NS("profile.compute_ns", "%" PRIu64,

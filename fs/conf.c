@@ -23,7 +23,8 @@
  *   [tier.dram]  capacity 4K..16T
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
  *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
- *                lease_ms 1..86400000
+ *                lease_ms 1..86400000, restore auto|gpu|cpu (default
+ *                auto; needs a backend, and gpu needs cuda)
  *   [chunks]     dram_capacity 0..16T, gpu_capacity 0..16T,
  *                score_halflife 0..1e9 (requests; 0 = no decay)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
@@ -346,12 +347,33 @@ static int set_gpu_backend(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field)
+{
+	int v;
+
+	if (!strcmp(val, "auto"))
+		v = KVFS_CONF_RESTORE_AUTO;
+	else if (!strcmp(val, "gpu"))
+		v = KVFS_CONF_RESTORE_GPU;
+	else if (!strcmp(val, "cpu"))
+		v = KVFS_CONF_RESTORE_CPU;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected auto, gpu or cpu", k->name,
+			    val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 static const struct conf_key gpu_keys[] = {
 	{ "backend", set_gpu_backend, offsetof(struct kvfs_conf, gpu_backend),
 	  0, 0, 0, false },
 	U32("device", struct kvfs_conf, gpu_device, 0, 1023, false),
 	SIZE("capacity", struct kvfs_conf, gpu_capacity, 4096, 16ull << 40),
 	U32("lease_ms", struct kvfs_conf, lease_ms, 1, 86400000, false),
+	{ "restore", set_gpu_restore, offsetof(struct kvfs_conf, gpu_restore),
+	  0, 0, 0, false },
 	{ NULL },
 };
 
@@ -605,11 +627,47 @@ static int ns_end(struct conf_state *st)
 	return ns_end_hcache(st);
 }
 
+/* The line where key @name of table @keys was set in the section that
+ * is ending, 0 if it was not.
+ */
+static unsigned key_line_in(struct conf_state *st,
+			    const struct conf_key *keys, const char *name)
+{
+	for (size_t i = 0; keys[i].name; i++)
+		if (!strcmp(keys[i].name, name))
+			return (st->seen & (1ull << i)) ? st->key_line[i] : 0;
+	return 0;
+}
+
+/* restore chooses how hidden-state blocks reach the device pool: without
+ * a pool it would do nothing, and only the cuda backend has a GPU.
+ */
+static int gpu_end(struct conf_state *st)
+{
+	const struct kvfs_conf *c = st->c;
+	unsigned line = key_line_in(st, gpu_keys, "restore");
+
+	if (!line)
+		return 0;
+	if (c->gpu_backend == KVFS_CONF_GPU_NONE)
+		return fail(st, line,
+			    "[%s]: restore needs a device tier (backend = shm "
+			    "or cuda)", st->sec_name);
+	if (c->gpu_restore == KVFS_CONF_RESTORE_GPU &&
+	    c->gpu_backend != KVFS_CONF_GPU_CUDA)
+		return fail(st, line,
+			    "[%s]: restore = gpu needs backend = cuda (the shm "
+			    "pool is host memory: use cpu or auto)",
+			    st->sec_name);
+	return 0;
+}
+
 static const struct conf_section sections[] = {
 	{ .name = "daemon", .keys = daemon_keys, .target = conf_target },
 	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
 	{ .name = "tier.ssd", .keys = ssd_keys, .target = conf_target },
-	{ .name = "tier.gpu", .keys = gpu_keys, .target = conf_target },
+	{ .name = "tier.gpu", .keys = gpu_keys, .target = conf_target,
+	  .end = gpu_end },
 	{ .name = "chunks", .keys = chunk_keys, .target = conf_target },
 	{ .name = "policy", .keys = policy_keys, .target = conf_target,
 	  .other = policy_other },

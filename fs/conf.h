@@ -66,6 +66,16 @@ enum kvfs_conf_gpu {
 	KVFS_CONF_GPU_CUDA = 2,
 };
 
+/* [tier.gpu] restore: how a block stored as hidden states is rebuilt when
+ * it is loaded into the device pool (docs/hcache.md).
+ */
+enum kvfs_conf_gpu_restore {
+	KVFS_CONF_RESTORE_AUTO = 0, /* cuda: on the GPU if it can start, else
+				     * the CPU; shm: the CPU */
+	KVFS_CONF_RESTORE_GPU = 1,  /* on the GPU or refuse to start (cuda) */
+	KVFS_CONF_RESTORE_CPU = 2,  /* on the CPU, into the pool */
+};
+
 struct kvfs_conf {
 	/* [daemon] */
 	unsigned threads;          /* max FUSE worker threads (default 16) */
@@ -82,6 +92,7 @@ struct kvfs_conf {
 	int gpu_backend;           /* enum kvfs_conf_gpu (default none) */
 	unsigned gpu_device;       /* CUDA device ordinal (0) */
 	uint64_t gpu_capacity;     /* bytes of the device pool */
+	int gpu_restore;           /* enum kvfs_conf_gpu_restore (auto) */
 	unsigned lease_ms;         /* leases older than this are reclaimed
 				    * (default 60000) */
 	/* [chunks] */

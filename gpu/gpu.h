@@ -19,8 +19,9 @@
  *
  * Base tier ops on a device tier: alloc/free/claim manage the pool with the
  * extent allocator; write copies host -> pool, read pool -> host, readv is
- * a batch of reads; map returns a host pointer for shm and NULL for cuda;
- * sync waits for every copy issued so far.
+ * a batch of reads; map returns a host pointer for shm and NULL for cuda
+ * (extent_addr gives either backend's own address); sync waits for every
+ * copy issued so far.
  *
  * Locking: like every tier, alloc/free are thread-safe and copies on
  * distinct extents may run concurrently. A peer belongs to the thread
@@ -102,6 +103,17 @@ struct kvfs_gpu_ops {
 	/* Copy many host ranges into the pool as one batch. */
 	int (*upload)(struct kvfs_tier *t, const struct kvfs_gpu_xfer *x,
 		      size_t n);
+	/* The address of byte 0 of pool extent @e in *@addr, for code that
+	 * writes a block straight into the pool (hidden-state restoration):
+	 * cuda a device pointer on the tier's device, shm the daemon's
+	 * writable host mapping. Valid while @e stays allocated; what is
+	 * written through it is what clients and read() see, with no
+	 * counting (the caller counts). 0, or -EINVAL (logged, *@addr
+	 * NULL) for a NULL argument or an extent not inside the pool.
+	 * Lock-free.
+	 */
+	int (*extent_addr)(struct kvfs_tier *t, const struct kvfs_extent *e,
+			   void **addr);
 };
 
 /* A device tier is a kvfs_tier whose ops table is embedded here. */

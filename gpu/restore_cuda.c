@@ -137,19 +137,32 @@ static void *blas_sym(void *lib, const char *name, bool *ok)
 }
 
 /*
- * The versioned name first (the ABI this was built against), through the
- * normal search path, then the toolkit's directories, then the unversioned
- * development link.  The library stays loaded for the process.
+ * $KVFS_CUBLAS_LIB first when set (a cuBLAS outside the loader's path, or
+ * the emulated build's stand-in); then the versioned name (the ABI this
+ * was built against), through the normal search path, then the toolkit's
+ * directories, then the unversioned development link.  The library stays
+ * loaded for the process.
  */
 static void blas_load_once(void)
 {
 	const char *home = getenv("CUDA_HOME");
+	const char *over = getenv("KVFS_CUBLAS_LIB");
 	char path[2][PATH_MAX];
 	const char *names[6];
 	size_t nn = 0;
 	void *lib = NULL;
 	bool ok = true;
 
+	if (over && *over) {
+		lib = dlopen(over, RTLD_NOW | RTLD_LOCAL);
+		if (lib)
+			kvfs_info("restore cuda: cuBLAS from %s "
+				  "(KVFS_CUBLAS_LIB)", over);
+		else
+			kvfs_warn("restore cuda: cannot load KVFS_CUBLAS_LIB "
+				  "%s: %s; trying the usual names", over,
+				  dlerror());
+	}
 	names[nn++] = "libcublas.so.13";
 	if (home && *home) {
 		snprintf(path[0], sizeof(path[0]), "%s/lib64/libcublas.so.13",
@@ -169,9 +182,10 @@ static void blas_load_once(void)
 			kvfs_info("restore cuda: cuBLAS from %s", names[i]);
 	}
 	if (!lib) {
-		kvfs_err("restore cuda: cannot load cuBLAS (libcublas.so.13 or "
-			 "libcublas.so, also under $CUDA_HOME/lib64 and "
-			 "/usr/local/cuda/lib64): %s", dlerror());
+		kvfs_err("restore cuda: cannot load cuBLAS ($KVFS_CUBLAS_LIB, "
+			 "libcublas.so.13 or libcublas.so, also under "
+			 "$CUDA_HOME/lib64 and /usr/local/cuda/lib64): %s",
+			 dlerror());
 		return;
 	}
 	blas.create = blas_sym(lib, "cublasCreate_v2", &ok);

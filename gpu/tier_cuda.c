@@ -843,6 +843,18 @@ static void *cuda_peer_map(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
 	return NULL;
 }
 
+static int cuda_extent_addr(struct kvfs_tier *t, const struct kvfs_extent *e,
+			    void **addr)
+{
+	if (!addr)
+		return -EINVAL;
+	*addr = NULL;
+	if (kvfs_gpu_ext_check(t, e, 0, NULL, 0, "cuda", "extent_addr"))
+		return -EINVAL;
+	*addr = to_cuda(t)->dpool + e->off;
+	return 0;
+}
+
 static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.describe = cuda_describe,
 	.peer_open = cuda_peer_open,
@@ -852,6 +864,7 @@ static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.peer_write = cuda_peer_write,
 	.peer_read = cuda_peer_read,
 	.upload = cuda_upload,
+	.extent_addr = cuda_extent_addr,
 };
 
 /* ---- init ---- */

@@ -344,6 +344,18 @@ static int shm_upload(struct kvfs_tier *t, const struct kvfs_gpu_xfer *x,
 	return 0;
 }
 
+static int shm_extent_addr(struct kvfs_tier *t, const struct kvfs_extent *e,
+			   void **addr)
+{
+	if (!addr)
+		return -EINVAL;
+	*addr = NULL;
+	if (kvfs_gpu_ext_check(t, e, 0, NULL, 0, "shm", "extent_addr"))
+		return -EINVAL;
+	*addr = shm_at(t, e, 0);
+	return 0;
+}
+
 static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.describe = shm_describe,
 	.peer_open = shm_peer_open,
@@ -354,6 +366,7 @@ static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.peer_write = shm_peer_write,
 	.peer_read = shm_peer_read,
 	.upload = shm_upload,
+	.extent_addr = shm_extent_addr,
 };
 
 /* ---- init ---- */

@@ -9,7 +9,10 @@
  *                                  element with a double-precision
  *                                  reference computed here
  *   hcache_client concurrent MNT   one restoration for many readers,
- *                                  FETCH into the pool, PREFETCH (on
+ *                                  FETCH into the pool (restored straight
+ *                                  into it: HIDDEN and MIXED blocks, from
+ *                                  the SSD and from DRAM, one restoration
+ *                                  for many fetchers), PREFETCH (on
  *                                  blocks not read since the mount)
  *   hcache_client stats MNT        the counters after all of that
  *   hcache_client crash-write MNT  write one more chain to lmix (the test
@@ -39,6 +42,10 @@
  *   bf16: 2^-8 * |ref| + 2e-5   (half an ulp of bf16)
  * The 2e-5 covers the f32 arithmetic of the restoration (sums of at most
  * 64 products of values of order 1).
+ *
+ * The device pool is shm, or cuda with KVFS_TEST_GPU=cuda (read through
+ * its IPC handle, dev_region_i.h); the daemon's device restorer, GPU or
+ * CPU, shows in ns.NAME.hcache.device_restore.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +71,7 @@
 #include "gpu/restore.h"
 #include "meta/fmt.h"
 #include "tests/unit/ckpt_ref_i.h"
+#include "dev_region_i.h"
 
 #define NBLK 4
 #define BT 16 /* block_tokens */
@@ -290,11 +298,14 @@ static uint8_t *kv_block(const struct nspec *ns, uint8_t key[16],
 
 /* ----------------------------------------------------------------- stats */
 
-static uint64_t stat_u64(const char *key)
+/* The value of stats line @key into @out (@len bytes); fails the test
+ * when there is none.
+ */
+static void stat_str(const char *key, char *out, size_t len)
 {
 	char path[4200], *buf = malloc(1 << 20), *p;
 	size_t got = 0, kl = strlen(key);
-	uint64_t v = UINT64_MAX;
+	bool found = false;
 	int fd;
 
 	assert_non_null(buf);
@@ -313,13 +324,23 @@ static uint64_t stat_u64(const char *key)
 	buf[got] = 0;
 	for (p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
 		if (!strncmp(p, key, kl) && p[kl] == ' ') {
-			v = strtoull(p + kl + 1, NULL, 10);
+			int vl = (int)strcspn(p + kl + 1, "\n");
+
+			snprintf(out, len, "%.*s", vl, p + kl + 1);
+			found = true;
 			break;
 		}
 	free(buf);
-	if (v == UINT64_MAX)
+	if (!found)
 		fail_msg("stats lack %s", key);
-	return v;
+}
+
+static uint64_t stat_u64(const char *key)
+{
+	char v[64];
+
+	stat_str(key, v, sizeof(v));
+	return strtoull(v, NULL, 10);
 }
 
 /* ------------------------------------------------------------ write mode */
@@ -638,46 +659,225 @@ static int ctl_call(int op, const char *ns, const uint8_t key[16],
 	return rc;
 }
 
-/* FETCH of a hidden block: the device pool gets the restored KV payload
- * (restored once), the same bytes a read returns afterwards.
+/* The counters a restoration straight into the device pool moves. */
+struct devstat {
+	uint64_t blocks, to_dev, to_gpu, fallbacks;
+};
+
+static void devstat_get(struct devstat *d)
+{
+	d->blocks = stat_u64("restore.blocks");
+	d->to_dev = stat_u64("restore.to_device");
+	d->to_gpu = stat_u64("restore.to_device_gpu");
+	d->fallbacks = stat_u64("restore.to_device_fallbacks");
+}
+
+/* Whether @ns restores on the GPU (else on the CPU, into the pool). */
+static bool ns_on_gpu(const char *ns)
+{
+	char key[128], v[16];
+
+	snprintf(key, sizeof(key), "ns.%s.hcache.device_restore", ns);
+	stat_str(key, v, sizeof(v));
+	if (strcmp(v, "gpu"))
+		assert_string_equal(v, "cpu");
+	return !strcmp(v, "gpu");
+}
+
+/* Since @d: @n more restorations, every one straight into the pool. */
+static void devstat_moved(const struct devstat *d, uint64_t n, bool gpu)
+{
+	struct devstat now;
+
+	devstat_get(&now);
+	assert_int_equal(now.blocks, d->blocks + n);
+	assert_int_equal(now.to_dev, d->to_dev + n);
+	assert_int_equal(now.to_gpu, d->to_gpu + (gpu ? n : 0));
+	assert_int_equal(now.fallbacks, d->fallbacks);
+}
+
+/*
+ * The block FETCH put in the pool for @c's block @i (response @m), read
+ * through the pool's own handle: its payload matches the reference; on
+ * the CPU path the whole image is the KV file (both CRCs), and it equals
+ * what a read returns.  On the GPU the header's payload CRC is filled in
+ * only when the image leaves the pool, and the GPU may round the last
+ * place differently from the CPU, so only the payload is checked.
+ */
+static void check_pool_block(const struct chain *c, int i,
+			     const struct kvfs_ctl_msg *m, bool gpu)
+{
+	const struct kvfs_ctl_block *blk = (const void *)(m->bytes +
+							  sizeof(m->resp));
+	uint64_t po = kvfs_fmt_payload_off(ntok[i]);
+	uint64_t size = kvfs_fmt_file_size(&c->g, KVFS_KIND_KV, ntok[i]);
+	char path[4200];
+	uint8_t *img, *rd;
+	size_t len;
+
+	assert_int_equal(m->resp.n_blocks, 1);
+	assert_int_equal(blk->len, size - po);
+	assert_true(blk->pool_off >= po);
+	img = calloc(1, size);
+	assert_non_null(img);
+	if (gpu) {
+		pool_get(&m->resp.pool, blk->pool_off, img + po, blk->len);
+		check_values(c, i, img);
+	} else {
+		/* the pool holds the whole image just before the payload */
+		pool_get(&m->resp.pool, blk->pool_off - po, img, size);
+		check_image(c, i, img, size);
+		block_path(path, sizeof(path), c->ns->name, c->key[i]);
+		rd = get_file(path, &len);
+		assert_int_equal(len, size);
+		assert_memory_equal(rd, img, size);
+		free(rd);
+	}
+	free(img);
+}
+
+/* FETCH of an SSD-only hidden block (q2h, HIDDEN): restored straight into
+ * the pool, once, with no KV image in DRAM; a second FETCH finds it
+ * there.  Evicted from the pool, its image goes down to DRAM complete
+ * (on the GPU path its CRCs are filled in then), and a read is served
+ * from that copy without restoring again.
  */
 static void test_fetch(void **state)
 {
 	const struct kvfs_ctl_block *blk;
 	struct kvfs_ctl_msg m;
-	char path[4200];
-	const uint8_t *pool;
+	struct devstat d;
 	struct chain c;
-	uint8_t *img;
-	uint64_t before;
+	bool gpu = ns_on_gpu(nss[3].name);
+	uint64_t po = kvfs_fmt_payload_off(ntok[3]), blocks;
+	char path[4200];
+	uint8_t *img, *pay;
 	size_t len;
-	int pfd;
 
 	chain_make(&c, &nss[3]);
-	before = stat_u64("restore.blocks");
+	devstat_get(&d);
 	assert_int_equal(ctl_call(KVFS_CTL_FETCH, nss[3].name, c.key[3], 0,
 				  &m),
 			 0);
-	assert_int_equal(stat_u64("restore.blocks"), before + 1);
+	devstat_moved(&d, 1, gpu);
+	assert_int_equal(ctl_call(KVFS_CTL_FETCH, nss[3].name, c.key[3], 0,
+				  &m),
+			 0);
+	devstat_moved(&d, 1, gpu);
 	blk = (const void *)(m.bytes + sizeof(m.resp));
 	assert_int_equal(m.resp.n_blocks, 1);
 	assert_int_equal(blk->len,
-			 kvfs_fmt_file_size(&c.g, KVFS_KIND_KV, ntok[3]) -
-				 kvfs_fmt_payload_off(ntok[3]));
-	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
-	assert_true(pfd >= 0);
-	pool = mmap(NULL, m.resp.pool.size, PROT_READ, MAP_SHARED, pfd, 0);
-	close(pfd);
-	assert_true(pool != MAP_FAILED);
+			 kvfs_fmt_file_size(&c.g, KVFS_KIND_KV, ntok[3]) - po);
+	pay = calloc(1, po + blk->len);
+	assert_non_null(pay);
+	pool_get(&m.resp.pool, blk->pool_off, pay + po, blk->len);
+	check_values(&c, 3, pay);
+
+	assert_int_equal(ctl_call(KVFS_CTL_EVICT, nss[3].name, c.key[3],
+				  0 /* gpu */, &m),
+			 0);
+	blocks = stat_u64("restore.blocks");
 	block_path(path, sizeof(path), nss[3].name, c.key[3]);
 	img = get_file(path, &len);
 	check_image(&c, 3, img, len);
-	assert_memory_equal(pool + blk->pool_off,
-			    img + kvfs_fmt_payload_off(ntok[3]), blk->len);
-	/* the read reused the restored image */
-	assert_int_equal(stat_u64("restore.blocks"), before + 1);
-	munmap((void *)pool, m.resp.pool.size);
+	assert_memory_equal(img + po, pay + po, len - po);
+	assert_int_equal(stat_u64("restore.blocks"), blocks);
 	free(img);
+	free(pay);
+	chain_free(&c);
+}
+
+struct fetcher {
+	pthread_t t;
+	pthread_barrier_t *bar;
+	const char *ns;
+	const uint8_t *key;
+	struct kvfs_ctl_msg m;
+	int rc;
+};
+
+static void *fetcher_main(void *arg)
+{
+	struct fetcher *f = arg;
+	char path[4200];
+	int fd;
+
+	memset(&f->m, 0, sizeof(f->m));
+	f->m.req.magic = KVFS_CTL_MAGIC;
+	f->m.req.abi = KVFS_CTL_ABI;
+	f->m.req.op = KVFS_CTL_FETCH;
+	snprintf(f->m.req.ns, sizeof(f->m.req.ns), "%s", f->ns);
+	f->m.req.n_keys = 1;
+	f->m.req.size = (uint32_t)(sizeof(f->m.req) + 16);
+	memcpy(f->m.bytes + sizeof(f->m.req), f->key, 16);
+	snprintf(path, sizeof(path), "%s/.kvfs/ctl", mnt);
+	pthread_barrier_wait(f->bar);
+	f->rc = -1;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (ioctl(fd, KVFS_IOC(KVFS_CTL_FETCH), &f->m) == 0)
+		f->rc = f->m.resp.error;
+	close(fd);
+	return NULL;
+}
+
+/* FETCH of MIXED blocks (lmix: layers 0-1 hidden states, 2 K and V):
+ * from the SSD by many fetchers at once (one restoration, the same pool
+ * copy for all), and of a block just written, whose stored image is in
+ * DRAM.
+ */
+static void test_fetch_mixed(void **state)
+{
+	struct fetcher f[NREADERS];
+	pthread_barrier_t bar;
+	struct kvfs_ctl_msg m;
+	struct nspec alt = nss[5];
+	struct devstat d;
+	struct chain c, a;
+	char path[4200];
+	bool gpu = ns_on_gpu(nss[5].name);
+
+	chain_make(&c, &nss[5]);
+	devstat_get(&d);
+	pthread_barrier_init(&bar, NULL, NREADERS);
+	for (int i = 0; i < NREADERS; i++) {
+		f[i].bar = &bar;
+		f[i].ns = nss[5].name;
+		f[i].key = c.key[1];
+		assert_int_equal(pthread_create(&f[i].t, NULL, fetcher_main,
+						&f[i]),
+				 0);
+	}
+	for (int i = 0; i < NREADERS; i++)
+		pthread_join(f[i].t, NULL);
+	pthread_barrier_destroy(&bar);
+	devstat_moved(&d, 1, gpu);
+	for (int i = 0; i < NREADERS; i++) {
+		const struct kvfs_ctl_block *b0 = (const void *)(
+			f[0].m.bytes + sizeof(f[0].m.resp));
+		const struct kvfs_ctl_block *bi = (const void *)(
+			f[i].m.bytes + sizeof(f[i].m.resp));
+
+		assert_int_equal(f[i].rc, 0);
+		assert_int_equal(bi->pool_off, b0->pool_off);
+		assert_int_equal(bi->len, b0->len);
+	}
+	check_pool_block(&c, 1, &f[0].m, gpu);
+
+	/* Just written: the stored (MIXED) image is in DRAM. */
+	alt.seed += 700;
+	chain_make(&a, &alt);
+	block_path(path, sizeof(path), alt.name, a.key[0]);
+	assert_int_equal(put_file(path, a.img[0], a.size[0]), 0);
+	devstat_get(&d);
+	assert_int_equal(ctl_call(KVFS_CTL_FETCH, alt.name, a.key[0], 0, &m),
+			 0);
+	devstat_moved(&d, 1, gpu);
+	check_pool_block(&a, 0, &m, gpu);
+	/* gone again, so that the stats mode counts the four-block chains */
+	assert_int_equal(unlink(path), 0);
+	chain_free(&a);
 	chain_free(&c);
 }
 
@@ -803,6 +1003,9 @@ static void test_stats(void **state)
 	assert_int_equal(stat_u64("cache.hidden_kv_bytes"), kv);
 	assert_int_equal(stat_u64("restore.errors"), 0);
 	assert_int_equal(stat_u64("cache.checksum_errors"), 0);
+	/* FETCH restored q2h's and lmix's blocks straight into the pool */
+	assert_true(stat_u64("restore.to_device") >= 3);
+	assert_int_equal(stat_u64("restore.to_device_fallbacks"), 0);
 	assert_true(stat_u64("cache.hidden_kv_bytes") >
 		    stat_u64("cache.hidden_stored_bytes"));
 	assert_int_equal(stat_u64("restore.threads"), 2);
@@ -927,6 +1130,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest concurrent_tests[] = {
 		cmocka_unit_test(test_one_restoration),
 		cmocka_unit_test(test_fetch),
+		cmocka_unit_test(test_fetch_mixed),
 		cmocka_unit_test(test_prefetch_then_read),
 		cmocka_unit_test(test_prefetch_in_dram),
 	};
@@ -949,6 +1153,10 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "setup"))
 		return setup_dir(argv[2]);
 	mnt = argv[2];
+	if (dev_backend_init()) {
+		fprintf(stderr, "KVFS_TEST_GPU=cuda in a build without CUDA\n");
+		return 2;
+	}
 	if (!strcmp(argv[1], "write"))
 		return cmocka_run_group_tests(write_tests, NULL, NULL);
 	if (!strcmp(argv[1], "check"))

@@ -7,7 +7,15 @@
 # many readers, FETCH and PREFETCH, refusals (no weights, bad checkpoint);
 # a per-layer split (store_as = auto, hcache_kv_layers = 1: MIXED blocks)
 # served from DRAM, after a remount and after kill -9.
+# FETCH restores HIDDEN and MIXED blocks straight into the device pool:
+# shm, or cuda with KVFS_TEST_GPU=cuda (make test-gpu on a GPU host; make
+# test runs it against the cudart stand-in, tests/gpu/cudaemu.c), where
+# [tier.gpu] restore = auto uses the GPU if its restoration starts and
+# the CPU otherwise, as the log says.
 . "$(dirname "$0")/lib.sh"
+
+backend=shm
+[ "${KVFS_TEST_GPU:-}" = cuda ] && backend=cuda
 
 CLIENT=$BIN/../itests/hcache_client
 CK=$T_DIR/ck
@@ -15,10 +23,11 @@ mkdir -p "$CK"
 
 kvfs_mkfs 64M
 t_check "generate the checkpoints and the namespace config" "$CLIENT" setup "$CK"
-write_conf() { # WEIGHTS_FILE_FOR_llama_f32
+write_conf() { # WEIGHTS_FILE_FOR_llama_f32 [EXTRA_LINE_IN_TIER_GPU]
 	{
 		printf '[daemon]\nflush_ms = 100\n\n[tier.dram]\ncapacity = 16M\n\n'
-		printf '[tier.gpu]\nbackend = shm\ncapacity = 8M\n\n'
+		printf '[tier.gpu]\nbackend = %s\ncapacity = 8M\n%s\n' \
+			"$backend" "${2:-}"
 		sed "s|/llama_f32.safetensors|/$1|" "$CK/ns.conf"
 	} >"$STORE/kvfs.conf"
 }
@@ -29,6 +38,13 @@ t_check "the checkpoints were loaded and profiled" \
 	grep -q "hcache plan for blocks read from ssd" "$STORE/kvfs.log"
 t_check "token recomputation is reported as left out" \
 	grep -q "token recomputation: no model runner, left out" "$STORE/kvfs.log"
+if [ "$backend" = shm ]; then
+	t_check "restore = auto on shm restores on the CPU into the pool" \
+		grep -q "ns lf32: blocks stored as hidden states are restored on the CPU straight into the device pool when it loads them (\[tier.gpu\] restore = auto)" "$STORE/kvfs.log"
+else
+	t_check "restore = auto on cuda says where it restores" \
+		grep -Eq "ns lf32: (blocks stored as hidden states are restored on CUDA device 0 straight into the device pool|\[tier.gpu\] restore = auto: GPU restoration cannot start on CUDA device 0)" "$STORE/kvfs.log"
+fi
 t_cmocka write "$CLIENT" write "$MNT"
 t_check "the refusal without weights is logged" \
 	grep -q "HIDDEN-kind block needs a namespace with weights" "$STORE/kvfs.log"
@@ -45,6 +61,23 @@ write_conf bad_shape.safetensors
 t_check "a checkpoint with a wrong shape refuses the mount" sh -c "! '$BIN/kvfs' '$STORE' '$MNT' 2>/dev/null"
 t_check "the log names the misshapen tensor" \
 	grep -q 'tensor "model.layers.2.self_attn.k_proj.weight": shape \[32, 64\]' "$STORE/kvfs.log"
+
+# restore = gpu needs the cuda backend (a config error at its line), and
+# on cuda the GPU restoration.
+if [ "$backend" = shm ]; then
+	write_conf llama_f32.safetensors "restore = gpu"
+	t_errno "restore = gpu on shm is a config error naming its line" \
+		"kvfs.conf:10: \[tier.gpu\]: restore = gpu needs backend = cuda" \
+		"$BIN/kvfs" -f "$STORE" "$MNT"
+else
+	# restore = gpu refuses the start when the GPU restoration cannot
+	# start: a "cuBLAS" without cuBLAS's symbols makes that so anywhere.
+	write_conf llama_f32.safetensors "restore = gpu"
+	KVFS_CUBLAS_LIB=libm.so.6 t_errno \
+		"restore = gpu refuses the start when GPU restoration cannot start" \
+		"restore = gpu, but GPU restoration cannot start on CUDA device 0" \
+		timeout 120 "$BIN/kvfs" -f "$STORE" "$MNT"
+fi
 
 write_conf llama_f32.safetensors
 t_check "remount: every block on the SSD only" kvfs_mount

@@ -679,6 +679,49 @@ static void test_hcache_errors(void **state)
 	expect_err(t, 4, "head_dim 63 must be even");
 }
 
+/* [tier.gpu] restore: the three values, the default, and each refusal
+ * at the key's own line.
+ */
+static void test_gpu_restore(void **state)
+{
+	kvfs_conf_defaults(conf);
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	expect_ok("[tier.gpu]\nbackend = cuda\n");
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	expect_ok("[tier.gpu]\nbackend = cuda\nrestore = gpu\n");
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_GPU);
+	/* the key may come before the backend it depends on */
+	expect_ok("[tier.gpu]\nrestore = cpu\nbackend = cuda\n");
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_CPU);
+	expect_ok("[tier.gpu]\nbackend = shm\nrestore = auto\n");
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	expect_ok("[tier.gpu]\nbackend = shm\nrestore = cpu\n");
+	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_CPU);
+
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore = GPU\n", 3,
+		   "restore = 'GPU': expected auto, gpu or cpu");
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore = \n", 3,
+		   "expected auto, gpu or cpu");
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore = cuda\n", 3,
+		   "expected auto, gpu or cpu");
+	expect_err("[tier.gpu]\nbackend = shm\n\nrestore = gpu\n", 4,
+		   "restore = gpu needs backend = cuda");
+	/* without a pool the key would do nothing */
+	expect_err("[tier.gpu]\ncapacity = 1M\nrestore = cpu\n", 3,
+		   "restore needs a device tier");
+	expect_err("[tier.gpu]\nrestore = auto\nbackend = none\n", 2,
+		   "restore needs a device tier");
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore = gpu\n"
+		   "restore = cpu\n", 4, "duplicate key 'restore'");
+	/* in any other section it is unknown */
+	expect_err("[tier.dram]\nrestore = cpu\n", 2,
+		   "unknown key 'restore' in [tier.dram]");
+	/* a checked section ends at the next header, not only at the end */
+	expect_err("[tier.gpu]\nbackend = shm\nrestore = gpu\n"
+		   "[tier.dram]\ncapacity = 1M\n", 3,
+		   "restore = gpu needs backend = cuda");
+}
+
 /* The documented example at the repository root must stay valid. */
 static void test_example_conf(void **state)
 {
@@ -687,6 +730,7 @@ static void test_example_conf(void **state)
 	assert_int_equal(kvfs_conf_load("kvfs.conf", &c), 0);
 	assert_true(c.n_ns >= 1);
 	assert_int_equal(c.gpu_backend, KVFS_CONF_GPU_SHM);
+	assert_int_equal(c.gpu_restore, KVFS_CONF_RESTORE_AUTO);
 }
 
 int main(void)
@@ -712,6 +756,7 @@ int main(void)
 		cmocka_unit_test(test_syntax_and_long_lines),
 		cmocka_unit_test(test_hcache_keys),
 		cmocka_unit_test(test_hcache_errors),
+		cmocka_unit_test(test_gpu_restore),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -550,6 +550,110 @@ static void test_forged_extent(void **state)
 	assert_null(t->ops->map(t, &bad));
 }
 
+/* Copy @len bytes between host memory and the address extent_addr gave:
+ * a plain memcpy on shm, cudaMemcpy on cuda (device memory).
+ */
+static void addr_put(void *dst, const void *src, uint64_t len)
+{
+	if (backend == B_SHM) {
+		memcpy(dst, src, len);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	assert_int_equal(cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice),
+			 cudaSuccess);
+#else
+	fail_msg("cuda backend in a build without CUDA");
+#endif
+}
+
+static void addr_get(void *dst, const void *src, uint64_t len)
+{
+	if (backend == B_SHM) {
+		memcpy(dst, src, len);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	assert_int_equal(cudaMemcpy(dst, src, len, cudaMemcpyDeviceToHost),
+			 cudaSuccess);
+#else
+	fail_msg("cuda backend in a build without CUDA");
+#endif
+}
+
+/*
+ * extent_addr: the pool's own address of an extent (shm: the host
+ * mapping, cuda: a device pointer). What is written through it is what
+ * the tier's reads and clients see, and the reverse; extents keep their
+ * distance; anything outside the pool is refused.
+ */
+static void test_extent_addr(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = f->t;
+	struct kvfs_extent e[2], bad = { .off = POOL_CAP - PG, .len = 2 * PG };
+	struct kvfs_extent wrap = { .off = UINT64_MAX - PG + 1, .len = PG };
+	struct kvfs_extent last = { .off = POOL_CAP - PG, .len = PG };
+	struct kvfs_gpu_xfer x;
+	unsigned char *src = xmalloc(8 * PG), *buf = xmalloc(8 * PG);
+	uint64_t w0 = ld(&t->st.writes);
+	void *a[2], *p = &buf;
+
+	assert_non_null(f->g->extent_addr);
+	assert_int_equal(t->ops->alloc(t, 3 * PG, &e[0]), 0);
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &e[1]), 0);
+	for (int k = 0; k < 2; k++) {
+		a[k] = NULL;
+		assert_int_equal(f->g->extent_addr(t, &e[k], &a[k]), 0);
+		assert_non_null(a[k]);
+	}
+	/* one allocation: the addresses are as far apart as the offsets */
+	assert_int_equal((intptr_t)((unsigned char *)a[1] -
+				    (unsigned char *)a[0]),
+			 (intptr_t)(e[1].off - e[0].off));
+
+	/* written through the address, seen by the tier's read */
+	pat(src, 8 * PG, 77);
+	addr_put(a[1], src, 8 * PG);
+	memset(buf, 0, 8 * PG);
+	assert_int_equal(t->ops->read(t, &e[1], 0, buf, 8 * PG), 0);
+	assert_true(is_pat(buf, 8 * PG, 77));
+	/* no copy of the tier's was counted */
+	assert_int_equal(ld(&t->st.writes), w0);
+
+	/* uploaded, seen through the address at the same offset */
+	pat(src, 2 * PG, 78);
+	x = (struct kvfs_gpu_xfer){ .pool = &e[0], .host = src, .off = PG,
+				    .len = 2 * PG };
+	assert_int_equal(f->g->upload(t, &x, 1), 0);
+	memset(buf, 0, 2 * PG);
+	addr_get(buf, (unsigned char *)a[0] + PG, 2 * PG);
+	assert_true(is_pat(buf, 2 * PG, 78));
+	/* the neighbour is untouched */
+	assert_int_equal(t->ops->read(t, &e[1], 0, buf, 8 * PG), 0);
+	assert_true(is_pat(buf, 8 * PG, 77));
+
+	/* the last page of the pool is inside it */
+	assert_int_equal(f->g->extent_addr(t, &last, &a[0]), 0);
+	assert_non_null(a[0]);
+
+	/* outside the pool, or no arguments: -EINVAL, the address cleared */
+	assert_int_equal(f->g->extent_addr(t, &bad, &p), -EINVAL);
+	assert_null(p);
+	p = &buf;
+	assert_int_equal(f->g->extent_addr(t, &wrap, &p), -EINVAL);
+	assert_null(p);
+	p = &buf;
+	assert_int_equal(f->g->extent_addr(t, NULL, &p), -EINVAL);
+	assert_null(p);
+	assert_int_equal(f->g->extent_addr(t, &e[0], NULL), -EINVAL);
+
+	for (int k = 0; k < 2; k++)
+		t->ops->free(t, &e[k]);
+	free(src);
+	free(buf);
+}
+
 static void test_upload(void **state)
 {
 	struct fx *f = *state;
@@ -1408,6 +1512,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_forged_extent, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_upload, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_extent_addr, setup,
+						teardown),
 		cmocka_unit_test(test_large_batch),
 		cmocka_unit_test_setup_teardown(test_describe, setup,
 						teardown),
