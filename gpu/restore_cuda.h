@@ -23,9 +23,10 @@
  * The KV layer is written to device memory directly, or to host memory
  * through a device buffer and a download.
  *
- * cuBLAS is loaded at run time (dlopen of libcublas.so.13, then
- * $CUDA_HOME/lib64 and /usr/local/cuda/lib64, then libcublas.so), so
- * programs start, and report no device, on machines without it.
+ * cuBLAS is loaded at run time (dlopen of $KVFS_CUBLAS_LIB when set, then
+ * libcublas.so.13, $CUDA_HOME/lib64 and /usr/local/cuda/lib64, then
+ * libcublas.so), so programs start, and report no device, on machines
+ * without it.
  *
  * Accuracy (the tests' bounds, docs/hcache.md): in f32 mode the result
  * agrees with the CPU path to f32 rounding (different summation order);
@@ -157,8 +158,8 @@ struct kvfs_restore_cuda_io {
  * kvfs_restore_cuda_layer().
  *
  * To restore into the device tier, pass the device address of the
- * destination extent with KVFS_RC_KV_DEVICE (the cuda tier does not
- * export one yet; see docs/hcache.md).
+ * destination extent (the tier's extent_addr, gpu/gpu.h) with
+ * KVFS_RC_KV_DEVICE, as kvfs_rpool_to_device() does.
  */
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 			    const struct kvfs_restore_cuda_io *io);
