@@ -255,6 +255,7 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_restore_joined;   /* ... on a job under way */
 	atomic_uint_least64_t st_restore_ahead;    /* submitted ahead of need */
 	atomic_uint_least64_t st_restore_private;  /* results kept out of DRAM */
+	atomic_uint_least64_t st_restore_from_pool; /* KV copied down, not rebuilt */
 	atomic_uint_least64_t st_restore_errors;
 	atomic_uint_least64_t st_converted;        /* HIDDEN writes made KV */
 	atomic_uint_least64_t st_splits;           /* HIDDEN made MIXED */

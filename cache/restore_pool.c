@@ -513,6 +513,87 @@ static int dram_swap(struct kvfs_cache *c, struct kvfs_block *b,
 	return 0;
 }
 
+static bool dram_is_kv(struct kvfs_block *b);
+
+/*
+ * The device pool may already hold @b's KV image (a FETCH restored it
+ * there): copy it down as the block's DRAM copy instead of rebuilding it.
+ * Returns 0 when the DRAM copy is now the KV image, -ENOENT when the pool
+ * has no copy (or DRAM no room, or the copy fails): the caller restores.
+ * Needs the block durable, as any KV image that becomes the DRAM copy.
+ */
+static int pool_down(struct kvfs_cache *c, struct kvfs_block *b)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
+	struct kvfs_extent gx, dx = { 0 };
+	bool nocrc, published = false;
+	struct hsrc s;
+	int rc;
+
+	if (!gpu || !(atomic_load(&b->flags) & KVFS_B_PERSISTED))
+		return -ENOENT;
+	/* A lease keeps the pool copy from being evicted while it is read. */
+	pthread_mutex_lock(&b->lock);
+	gx = b->gpu;
+	if (gx.len)
+		atomic_fetch_add(&b->leases, 1);
+	nocrc = atomic_load(&b->flags) & KVFS_B_GPU_NOCRC;
+	pthread_mutex_unlock(&b->lock);
+	if (!gx.len)
+		return -ENOENT;
+	if (kvfs_dram_reserve(c, b->size, &dx))
+		goto out_unlease;
+	if (gpu->ops->read(gpu, &gx, 0, dx.ptr, b->size))
+		goto out_free;
+	/* Restored on the GPU: the payload is in host memory now, so its
+	 * CRC can be summed.
+	 */
+	if (nocrc)
+		kvfs_img_seal(dx.ptr, b->size);
+	memset((uint8_t *)dx.ptr + b->size, 0, dx.len - b->size);
+	rc = hidden_src(b, &s);
+	if (rc == 0) {
+		const void *old = s.p;
+
+		hidden_src_put(b, &s);
+		published = dram_swap(c, b, old, &dx) == 0;
+	} else if (rc == -ENOENT) {
+		pthread_mutex_lock(&b->io_lock);
+		pthread_mutex_lock(&c->policy_lock);
+		pthread_mutex_lock(&b->lock);
+		if (!atomic_load(&b->dram_ptr) &&
+		    !(atomic_load(&b->flags) & KVFS_B_DELETED)) {
+			b->dram = dx;
+			atomic_store(&b->dram_ptr, dx.ptr);
+			atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
+			published = true;
+		}
+		pthread_mutex_unlock(&b->lock);
+		if (published) {
+			struct kvfs_paccess a = { .now = kvfs_util_now_real() };
+
+			kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn,
+					   &a);
+			atomic_fetch_add(&dram->st.blocks, 1);
+		}
+		pthread_mutex_unlock(&c->policy_lock);
+		pthread_mutex_unlock(&b->io_lock);
+	}
+	if (!published)
+		goto out_free;
+	atomic_fetch_sub(&b->leases, 1);
+	atomic_fetch_add(&c->st_restore_from_pool, 1);
+	return 0;
+
+out_free:
+	dram->ops->free(dram, &dx);
+out_unlease:
+	atomic_fetch_sub(&b->leases, 1);
+	/* The KV image may have arrived meanwhile (rc 1 of hidden_src). */
+	return dram_is_kv(b) ? 0 : -ENOENT;
+}
+
 static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 		    struct kvfs_restore_ws *ws)
 {
@@ -545,6 +626,11 @@ static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 	/* Only a durable block's DRAM copy may turn into the KV image. */
 	if (!(atomic_load(&b->flags) & KVFS_B_PERSISTED))
 		kvfs_cache_sync(c, b);
+	/* Restored into the device pool already (FETCH): copy it down. */
+	if (pool_down(c, b) == 0) {
+		rc = 0;
+		goto out_close;
+	}
 	/* A stored image in DRAM is restored from there; a block only on
 	 * the SSD is streamed from it, I/O overlapping the projection.
 	 */
@@ -1551,6 +1637,7 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 	CS("restore.joined", atomic_load(&c->st_restore_joined));
 	CS("restore.ahead", atomic_load(&c->st_restore_ahead));
 	CS("restore.private", atomic_load(&c->st_restore_private));
+	CS("restore.from_pool", atomic_load(&c->st_restore_from_pool));
 	CS("restore.errors", atomic_load(&c->st_restore_errors));
 	CS("restore.commit_conversions", atomic_load(&c->st_converted));
 	CS("restore.commit_splits", atomic_load(&c->st_splits));

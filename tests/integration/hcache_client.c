@@ -787,6 +787,43 @@ static void test_fetch(void **state)
 	chain_free(&c);
 }
 
+/* A read of a hidden block whose KV image is in the device pool (a FETCH
+ * restored it there) copies that image down instead of rebuilding it.
+ */
+static void test_read_after_fetch(void **state)
+{
+	struct nspec alt = nss[3];
+	struct kvfs_ctl_msg m;
+	struct chain c;
+	char path[4200];
+	uint64_t blocks, down;
+	uint8_t *img;
+	size_t len;
+
+	alt.seed += 700; /* a prefix nobody wrote yet */
+	chain_make(&c, &alt);
+	block_path(path, sizeof(path), alt.name, c.key[0]);
+	assert_int_equal(put_file(path, c.img[0], c.size[0]), 0);
+	assert_int_equal(ctl_call(KVFS_CTL_FETCH, alt.name, c.key[0], 0, &m),
+			 0);
+	blocks = stat_u64("restore.blocks");
+	down = stat_u64("restore.from_pool");
+	img = get_file(path, &len);
+	check_image(&c, 0, img, len);
+	assert_int_equal(stat_u64("restore.from_pool"), down + 1);
+	assert_int_equal(stat_u64("restore.blocks"), blocks);
+	free(img);
+	/* now a KV image in DRAM: served from there, nothing more */
+	img = get_file(path, &len);
+	check_image(&c, 0, img, len);
+	assert_int_equal(stat_u64("restore.from_pool"), down + 1);
+	assert_int_equal(stat_u64("restore.blocks"), blocks);
+	free(img);
+	/* gone again, so that the stats mode counts the four-block chains */
+	assert_int_equal(unlink(path), 0);
+	chain_free(&c);
+}
+
 struct fetcher {
 	pthread_t t;
 	pthread_barrier_t *bar;
@@ -1130,6 +1167,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest concurrent_tests[] = {
 		cmocka_unit_test(test_one_restoration),
 		cmocka_unit_test(test_fetch),
+		cmocka_unit_test(test_read_after_fetch),
 		cmocka_unit_test(test_fetch_mixed),
 		cmocka_unit_test(test_prefetch_then_read),
 		cmocka_unit_test(test_prefetch_in_dram),
