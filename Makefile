@@ -260,7 +260,7 @@ test-gpu: deps
 # faked on OpenBLAS), run on a machine without a GPU. The unit suites run
 # in both of the stand-in's stream orders (lazy: a missing wait for a
 # writer shows; eager: a missing wait for a reader shows). Built apart,
-# in $(BUILD)-cudaemu; bench_restore_cuda is built there but not run.
+# in $(BUILD)-cudaemu; bench_restore_cuda and bench_gpu_fetch are built there but not run.
 EMU_BUILD := $(BUILD)-cudaemu
 EMU_UNIT := $(GPU_UNIT)
 EMU_ENV := KVFS_TEST_GPU=cuda \
@@ -272,7 +272,7 @@ test-gpu-emu: deps
 		$(PROGS:%=$(EMU_BUILD)/bin/%) \
 		$(ITEST_SRCS:tests/integration/%.c=$(EMU_BUILD)/itests/%) \
 		$(EMU_UNIT:%=$(EMU_BUILD)/tests/%) \
-		$(EMU_BUILD)/bench/bench_restore_cuda \
+		$(EMU_BUILD)/bench/bench_restore_cuda $(EMU_BUILD)/bench/bench_gpu_fetch \
 		$(EMU_BUILD)/lib/libcublas-emu.so
 	$(Q)fail=0; \
 	for t in $(EMU_UNIT); do for o in lazy eager; do \

@@ -14,6 +14,8 @@
 #   BENCH_SSD_ITERS      samples per SSD figure (default 20)
 #   BENCH_CREATE_REPS    repetitions of the create figure (default 21)
 #   BENCH_CREATE_BLOCKS  blocks created per repetition (default 16)
+#   BENCH_GPU_FETCH_BYTES  prefix size of figure [11] (default 256M)
+#   BENCH_GPU_FETCH_ITERS  samples of figure [11] (default 11)
 #   BENCH_READ_AHEAD_KB  sets the mount's read_ahead_kb (default: leave the
 #                        kernel's 128, which caps FUSE read-ahead requests
 #                        at 128 KiB)
@@ -288,6 +290,18 @@ fi
 
 # --- 8, 9, 10. hidden-state restoration on this CPU (bench_hcache.c) -----
 [ -x "$BDIR/bench/bench_hcache" ] && { "$BDIR/bench/bench_hcache" --dir "$WORK" --summary "$SUMMARY" || echo "    (no figure: bench_hcache failed)"; }
+
+# --- 11. FETCH of a long prefix into the device pool, no mount ------------
+# bench_gpu_fetch.c opens a cache in-process (store under $WORK) with the
+# shm tier; on a GPU host the bundle (tests/gpu/bundle.sh) runs it with
+# --backend cuda --bytes 2G.
+if [ -x "$BDIR/bench/bench_gpu_fetch" ]; then
+	"$BDIR/bench/bench_gpu_fetch" --backend shm \
+		--bytes "${BENCH_GPU_FETCH_BYTES:-256M}" \
+		--iters "${BENCH_GPU_FETCH_ITERS:-11}" --dir "$WORK" \
+		--summary "$SUMMARY" ||
+		echo "    (no figure: bench_gpu_fetch failed)"
+fi
 
 # --- summary ------------------------------------------------------------
 echo

@@ -7,7 +7,9 @@
 #   DIR/run.sh                                         (on the device host)
 #
 # Copies the unit tests that `make test-gpu` runs (every tests/unit/test_*.c
-# that mentions KVFS_TEST_GPU) and bench/bench_restore_cuda from $BUILD
+# that mentions KVFS_TEST_GPU), bench/bench_restore_cuda and
+# bench/bench_gpu_fetch (FETCH of a 2 GiB prefix against the raw H2D copy,
+# docs/benchmarks.md figure [11]) from $BUILD
 # (default build), every shared library ldd says they load except the C
 # library's own (libc, libm, libpthread, libdl, librt, ld-linux, and
 # libgcc_s, which every system has in a version at least as new) and the
@@ -27,7 +29,7 @@ progs=()
 while read -r src; do
 	progs+=("$BUILD/tests/$(basename "$src" .c)")
 done < <(grep -l KVFS_TEST_GPU tests/unit/test_*.c)
-progs+=("$BUILD/bench/bench_restore_cuda")
+progs+=("$BUILD/bench/bench_restore_cuda" "$BUILD/bench/bench_gpu_fetch")
 for p in "${progs[@]}"; do
 	if [ ! -x "$p" ]; then
 		echo "bundle: $p missing: run 'make WERROR=1 all' first" >&2
@@ -83,11 +85,15 @@ done
 
 cat > "$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# Run the bundled GPU tests, then the GPU restore benchmark.  With an
-# NVIDIA GPU visible (nvidia-smi -L, or /dev/nvidia0) they run with
-# KVFS_TEST_GPU=cuda; without one the GPU tests skip and the shm variants
-# run.  Set KVFS_TEST_GPU yourself to force either.  BENCH_TOKENS: token
-# counts for the benchmark (default 256 1024 4096 16384).
+# Run the bundled GPU tests, then the GPU restore benchmark, then FETCH of
+# a long prefix into the cuda pool against the raw H2D copy
+# (bench_gpu_fetch).  With an NVIDIA GPU visible (nvidia-smi -L, or
+# /dev/nvidia0) they run with KVFS_TEST_GPU=cuda; without one the GPU
+# tests skip, the shm variants run and the benchmarks say there is no
+# device.  Set KVFS_TEST_GPU yourself to force either.  BENCH_TOKENS: token
+# counts for the restore benchmark (default 256 1024 4096 16384);
+# BENCH_FETCH_BYTES: the prefix of bench_gpu_fetch (default 2G; its store
+# goes to $TMPDIR or /tmp); BENCH_DEVICE: the CUDA device (default 0).
 # One summary line per program; exits non-zero if any failed.
 set -u
 cd "$(dirname "$0")" || exit 1
@@ -135,6 +141,27 @@ if ./bench_restore_cuda ${BENCH_TOKENS:-}; then
 else
 	fail=1
 	summary+=("$(printf '%-24s FAILED' bench_restore_cuda)")
+fi
+fetch=${BENCH_FETCH_BYTES:-2G}
+echo "=== bench_gpu_fetch --backend cuda --bytes $fetch"
+fsum=$(mktemp "${TMPDIR:-/tmp}/gpu-fetch.XXXXXX") || fsum=
+./bench_gpu_fetch --backend cuda --device "${BENCH_DEVICE:-0}" \
+	--bytes "$fetch" ${fsum:+--summary "$fsum"}
+rc=$?
+# The first summary line is the whole prefix: label|kvfs|raw|unit|ratio|goal
+ratio=
+if [ -n "$fsum" ]; then
+	IFS='|' read -r label k b unit ratio goal <"$fsum"
+	rm -f "$fsum"
+fi
+if [ "$rc" -eq 0 ] && [ -n "${ratio:-}" ]; then
+	summary+=("$(printf '%-24s %s: %s of %s %s = %s (goal %s)' \
+		bench_gpu_fetch "$label" "$k" "$b" "$unit" "$ratio" "$goal")")
+elif [ "$rc" -eq 2 ] && [ "${KVFS_TEST_GPU:-}" != cuda ]; then
+	summary+=("$(printf '%-24s skipped: no device' bench_gpu_fetch)")
+else
+	fail=1
+	summary+=("$(printf '%-24s FAILED' bench_gpu_fetch)")
 fi
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
