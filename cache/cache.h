@@ -257,6 +257,7 @@ struct kvfs_tier;
 struct kvfs_extent;
 struct kvfs_restore;
 struct kvfs_restore_ws;
+struct kvfs_restore_cuda;
 
 enum kvfs_restore_stream_flags {
 	/* Read the whole image, verify it, then restore: the way a block
@@ -271,6 +272,12 @@ struct kvfs_restore_stream {
 	const struct kvfs_geom *g;      /* the namespace geometry */
 	const struct kvfs_restore *rst; /* its loaded checkpoint */
 	struct kvfs_restore_ws *ws;     /* or NULL: one is made per call */
+	/* Or NULL.  When set, hidden layers are projected on the GPU
+	 * (kvfs_restore_cuda_layer(), host memory in and out, each layer
+	 * as it arrives); from the first layer the GPU fails on, the rest
+	 * are projected on the CPU with @rst (logged, @gpu_failed set).
+	 */
+	struct kvfs_restore_cuda *rc;
 	/* What the block record says; the image must agree. */
 	uint32_t n_tokens;
 	uint32_t kv_from;               /* 0 < kv_from <= n_layers */
@@ -283,6 +290,8 @@ struct kvfs_restore_stream {
 	uint64_t dst_len; /* >= kvfs_fmt_file_size(g, KVFS_KIND_KV, n) */
 	unsigned flags; /* enum kvfs_restore_stream_flags */
 	const char *bad; /* out: why verification failed, for the log */
+	uint32_t gpu_layers; /* out: layers projected on the GPU */
+	bool gpu_failed;     /* out: the GPU failed, the CPU took over */
 };
 
 /*
@@ -298,8 +307,9 @@ struct kvfs_restore_stream {
  * used unless this returns 0.
  * Returns 0; -EBADMSG when the image fails verification (@rs->bad says
  * why; the caller logs it); the read's -errno; -EINVAL (bad arguments or
- * a refused restoration, logged); -ENOMEM.  Takes no lock; the caller
- * keeps the extent from being freed.
+ * a refused restoration, logged); -ENOMEM.  Takes no lock (a GPU call
+ * takes @rs->rc's own mutex); the caller keeps the extent from being
+ * freed.
  */
 int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs);
 

@@ -50,9 +50,11 @@ struct kvfs_restore_cuda;
 struct kvfs_hc_ns {
 	struct kvfs_restore *rst; /* NULL: no weights, HIDDEN writes refused */
 	int dev;                  /* enum kvfs_hc_dev */
-	/* With KVFS_HC_DEV_GPU: the weights on the pool's device.  Its calls
-	 * serialise on their own mutex (only FETCH and promotion use it, and
-	 * they run under c->gpu_load_lock anyway).
+	/* With KVFS_HC_DEV_GPU: the weights on the pool's device.  One
+	 * handle shared by FETCH and promotion (under c->gpu_load_lock), the
+	 * restoration threads and readers restoring in their own thread:
+	 * restore_cuda serialises its calls on the handle's own mutex, a
+	 * leaf lock (gpu/restore_cuda.h).
 	 */
 	struct kvfs_restore_cuda *rc;
 	/* With KVFS_HC_DEV_GPU, when profiled: the GPU's figures per layer
@@ -60,13 +62,18 @@ struct kvfs_hc_ns {
 	 */
 	bool gpu_profiled;
 	double gpu_compute, gpu_h2d_hidden, gpu_h2d_kv;
+	/* The plans' C_H is gpu_compute (the GPU restorer does the work),
+	 * not prof.c_hidden (the CPU's, always measured).
+	 */
+	bool plan_gpu;
 	/* The split HIDDEN writes are stored with (meta/fmt.h): n_layers
 	 * keeps them as written, 0 restores them to KV at commit, anything
 	 * between stores them MIXED (layers from kv_from on restored).
 	 */
 	uint32_t kv_from;
 	bool kv_fixed;            /* kv_from set by hcache_kv_layers */
-	bool planned;             /* prof and plan[DRAM, SSD] are valid */
+	bool profiled;            /* prof is valid */
+	bool planned;             /* plan[DRAM] (and [SSD]) are valid */
 	bool ssd_profiled;        /* plan[SSD] is valid */
 	struct kvfs_hsched_profile prof; /* seconds per layer */
 	struct kvfs_hsched_plan plan[KVFS_NTIERS];
@@ -263,6 +270,9 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_restore_dev;      /* straight into the pool */
 	atomic_uint_least64_t st_restore_gpu;      /* ... of those on the GPU */
 	atomic_uint_least64_t st_restore_dev_fallback; /* failed: via DRAM */
+	/* Reads and restorations ahead of need (the restoration jobs): */
+	atomic_uint_least64_t st_restore_gpu_blocks;    /* done on the GPU */
+	atomic_uint_least64_t st_restore_gpu_fallbacks; /* GPU failed: CPU */
 };
 
 /* Whether @b's stored form has hidden-state layers, so that reads need
@@ -354,15 +364,19 @@ void kvfs_bg_end(struct kvfs_cache *c);
  *
  * kvfs_rpool_start() - load the checkpoint of every namespace whose config
  *   has weights (a bad one refuses the start, naming the tensor), profile
- *   and plan it, decide what HIDDEN writes are stored as, and start the
- *   restoration threads (none under KVFS_CACHE_NOTHREADS).  Namespaces
- *   must be set up and the tiers open.  0 or -errno (logged).
+ *   it, start its device restorer (the GPU's profile, when it has one),
+ *   plan it with the projection time of whoever restores, decide what
+ *   HIDDEN writes are stored as, and start the restoration threads (none
+ *   under KVFS_CACHE_NOTHREADS).  Namespaces must be set up and the tiers
+ *   open.  0 or -errno (logged).
  * kvfs_rpool_stop() - finish the jobs readers wait for, drop the others,
  *   join the threads.  Later waits restore in the caller's thread.
  * kvfs_rpool_free() - stop, then free the checkpoints.  NULL pool is ok.
  * kvfs_rpool_wait() - for a read of @b (kind HIDDEN or MIXED, held by
  *   an open): submit its restoration or join the one under way, and
- *   wait.  Returns 0 when the DRAM copy now is (or was) the KV image (the
+ *   wait.  The restoration runs on the namespace's GPU restorer when it
+ *   has one, on the CPU when not or when the GPU fails (logged,
+ *   restore.gpu_fallbacks).  Returns 0 when the DRAM copy now is (or was) the KV image (the
  *   caller looks again), or 0 with *@priv set to a private KV image
  *   (malloc'd, the reader's to free) when the result could not be kept
  *   in DRAM; -EIO (no weights, logged), -ENOMEM, or the load's error

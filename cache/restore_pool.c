@@ -23,6 +23,12 @@
  * The DRAM copy is replaced only once the block is durable: write-back
  * writes whatever the DRAM copy holds, and that must stay the stored form.
  *
+ * A namespace with a GPU restorer (ns->hc.rc) projects on the GPU for
+ * every restoration of a stored block (jobs and loads into the device
+ * pool), falling back to the CPU for a job whose GPU restoration fails;
+ * the plans then use the GPU's projection time.  Commit-time conversions
+ * stay on the CPU.
+ *
  * Locking: rp->lock guards the queue, the active list and every job's
  * fields except the result, which only the job's runner writes before it
  * marks the job done (waiters read it after seeing done under the lock).
@@ -140,6 +146,151 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 	return rc;
 }
 
+/* ----------------------------------------------------- the image on a GPU */
+
+/*
+ * The GPU request that rebuilds the hidden layers of @ns's stored image
+ * @h (@h_len bytes, HIDDEN or MIXED): layers below the stored kv_from, the
+ * whole KV payload named as the destination (its pointer and flags are
+ * the caller's).  @hd receives the header, @size the KV file's size.
+ * The request names whole payloads; only the hidden layers' part of the
+ * stored one is read, and it must lie inside the image.  0 or -EINVAL.
+ */
+static int gpu_req(struct kvfs_ns *ns, const uint8_t *h, uint64_t h_len,
+		   struct kvfs_fmt_hdr *hd, uint64_t *size,
+		   struct kvfs_restore_cuda_io *io)
+{
+	const struct kvfs_geom *g = &ns->geom;
+	const struct kvfs_restore_model *m = kvfs_restore_model(ns->hc.rst);
+	enum kvfs_fmt_err fe;
+	uint64_t po, hlb, klb;
+	uint32_t n;
+
+	fe = kvfs_fmt_validate(h, h_len, g, NULL, ns->rec.root,
+			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED |
+				       KVFS_FMT_SKIP_PAYLOAD_CRC,
+			       hd);
+	if (fe != KVFS_FMT_OK || hd->kind == KVFS_KIND_KV)
+		return -EINVAL;
+	n = hd->n_tokens;
+	po = kvfs_fmt_payload_off(n);
+	*size = kvfs_fmt_file_size(g, KVFS_KIND_KV, n);
+	hlb = kvfs_restore_hidden_layer_bytes(m, n, g->chunk_tokens, g->dtype);
+	klb = kvfs_restore_kv_layer_bytes(m, n, g->chunk_tokens, g->dtype);
+	if (!*size || !hlb || !klb ||
+	    po + (uint64_t)g->n_layers * hlb > h_len ||
+	    po + (uint64_t)g->n_layers * klb != *size)
+		return -EINVAL;
+	memset(io, 0, sizeof(*io));
+	io->hidden = h + po;
+	io->hidden_len = (uint64_t)g->n_layers * hlb;
+	io->hidden_dtype = g->dtype;
+	io->kv_len = *size - po;
+	io->kv_dtype = g->dtype;
+	io->start_pos = hd->start_pos;
+	io->n_tokens = n;
+	io->chunk_tokens = g->chunk_tokens;
+	io->first_layer = 0;
+	io->n_layers = kvfs_fmt_hdr_kv_from(hd);
+	return 0;
+}
+
+/*
+ * Where the K and V layers of a MIXED image (@src_from < n_layers) start
+ * in the stored image (@so) and in the KV file (@ko): they follow each
+ * other at the end of both layouts, so one copy of @size - @ko bytes
+ * moves them.  0 or -EINVAL.
+ */
+static int gpu_kv_tail(const struct kvfs_geom *g, uint32_t n,
+		       uint32_t src_from, uint64_t h_len, uint64_t size,
+		       uint64_t *so, uint64_t *ko)
+{
+	uint64_t sl, kl;
+
+	if (kvfs_fmt_layer_range(g, n, src_from, src_from, so, &sl) ||
+	    kvfs_fmt_layer_range(g, n, 0, src_from, ko, &kl) || sl != kl ||
+	    h_len - *so != size - *ko)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * kvfs_rpool_build() with kv_from 0 (the KV file a read serves), the
+ * hidden layers projected on @ns's GPU restorer from host memory into
+ * host memory @dst (pageable: restore_cuda stages through its own pinned
+ * buffers).  The K and V layers of a MIXED image are copied, the header
+ * and both CRCs built on the host, as on the CPU.  The values agree with
+ * the CPU's within the GPU path's tolerance (docs/hcache.md), not always
+ * bit for bit.  0, -EINVAL, -ENOMEM, or restore_cuda's error (logged).
+ */
+static int rpool_build_gpu(struct kvfs_ns *ns, const uint8_t *h,
+			   uint64_t h_len, uint8_t *dst, uint64_t dst_len)
+{
+	const struct kvfs_geom *g = &ns->geom;
+	struct kvfs_restore_cuda_io io;
+	struct kvfs_fmt_hdr hd;
+	uint64_t size, po, so = 0, ko = 0;
+	uint32_t *tok, src_from;
+	int rc;
+
+	if (!ns->hc.rc)
+		return -ENODEV;
+	rc = gpu_req(ns, h, h_len, &hd, &size, &io);
+	if (rc || size > dst_len)
+		return -EINVAL;
+	src_from = kvfs_fmt_hdr_kv_from(&hd);
+	po = kvfs_fmt_payload_off(hd.n_tokens);
+	if (src_from < g->n_layers &&
+	    gpu_kv_tail(g, hd.n_tokens, src_from, h_len, size, &so, &ko))
+		return -EINVAL;
+	tok = malloc((size_t)hd.n_tokens * sizeof(*tok));
+	if (!tok)
+		return -ENOMEM;
+	io.kv = dst + po;
+	rc = kvfs_restore_cuda_block(ns->hc.rc, &io);
+	if (!rc && src_from < g->n_layers)
+		memcpy(dst + ko, h + so, size - ko);
+	if (!rc) {
+		for (uint32_t i = 0; i < hd.n_tokens; i++)
+			tok[i] = kvfs_util_get32(h + KVFS_FMT_HDR_SIZE +
+						 4ull * i);
+		rc = kvfs_fmt_build(g, KVFS_KIND_KV, hd.parent, hd.start_pos,
+				    tok, hd.n_tokens, NULL, dst, size);
+	}
+	free(tok);
+	if (!rc && dst_len > size)
+		memset(dst + size, 0, dst_len - size);
+	return rc;
+}
+
+/*
+ * The KV file of stored image @h into @dst for a read or a restoration
+ * ahead of need: on the GPU when @ns has a GPU restorer, on the CPU
+ * (@ws) otherwise or when the GPU fails (logged, restore.gpu_fallbacks).
+ */
+static int rpool_build_read(struct kvfs_cache *c, struct kvfs_block *b,
+			    struct kvfs_restore_ws *ws, const uint8_t *h,
+			    uint64_t h_len, uint8_t *dst, uint64_t dst_len)
+{
+	struct kvfs_ns *ns = b->ns;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	int rc;
+
+	if (ns->hc.rc) {
+		rc = rpool_build_gpu(ns, h, h_len, dst, dst_len);
+		if (!rc) {
+			atomic_fetch_add(&c->st_restore_gpu_blocks, 1);
+			return 0;
+		}
+		kvfs_fmt_key_hex(b->pn.key, hex);
+		kvfs_warn("ns %s: block %s.kv: restoration on the GPU failed "
+			  "(%s): restoring it on the CPU", ns->rec.name, hex,
+			  strerror(-rc));
+		atomic_fetch_add(&c->st_restore_gpu_fallbacks, 1);
+	}
+	return kvfs_rpool_build(ns, ws, h, h_len, 0, dst, dst_len);
+}
+
 /* ---------------------------------------------------------------- a job */
 
 /* ----------------------------------------------- restoring from the SSD */
@@ -185,11 +336,34 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 			return -EINVAL;
 		x->crc = kvfs_fmt_crc32c(x->crc, rs->img + so, sl);
 		if (l < rs->kv_from) {
-			rc = kvfs_restore_layer(rs->rst, x->ws, l,
-						rs->img + so, g->dtype,
-						rs->start_pos, rs->n_tokens,
-						g->chunk_tokens, rs->dst + ko,
-						g->dtype);
+			rc = -ENODEV;
+			if (rs->rc && !rs->gpu_failed) {
+				rc = kvfs_restore_cuda_layer(
+					rs->rc, l, rs->img + so, g->dtype,
+					rs->start_pos, rs->n_tokens,
+					g->chunk_tokens, rs->dst + ko,
+					g->dtype, 0);
+				if (rc) {
+					kvfs_warn("restore: the GPU failed on "
+						  "layer %u (%s): this block's "
+						  "other layers are projected "
+						  "on the CPU", l,
+						  strerror(-rc));
+					rs->gpu_failed = true;
+				} else {
+					rs->gpu_layers++;
+				}
+			}
+			/* The CPU rewrites the whole layer slice, whatever
+			 * a failed GPU call left there.
+			 */
+			if (rc)
+				rc = kvfs_restore_layer(rs->rst, x->ws, l,
+							rs->img + so, g->dtype,
+							rs->start_pos,
+							rs->n_tokens,
+							g->chunk_tokens,
+							rs->dst + ko, g->dtype);
 			if (rc)
 				return rc;
 		} else {
@@ -260,6 +434,8 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 	    rs->kv_from > g->n_layers)
 		return -EINVAL;
 	rs->bad = NULL;
+	rs->gpu_layers = 0;
+	rs->gpu_failed = false;
 	ssize = kvfs_fmt_split_file_size(g, rs->n_tokens, rs->kv_from);
 	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, rs->n_tokens);
 	if (!ssize || ssize > rs->ext->len || !size || size > rs->dst_len) {
@@ -397,6 +573,7 @@ static int job_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	rs.g = &ns->geom;
 	rs.rst = ns->hc.rst;
 	rs.ws = ws;
+	rs.rc = ns->hc.rc;
 	rs.n_tokens = b->n_tokens;
 	rs.kv_from = b->kv_from;
 	rs.start_pos = b->start_pos;
@@ -423,6 +600,15 @@ static int job_stream(struct kvfs_cache *c, struct kvfs_block *b,
 			kvfs_block_publish_dram(c, b, &ext);
 	}
 	pthread_mutex_unlock(&b->io_lock);
+	if (rs.rc && rs.gpu_failed) {
+		kvfs_fmt_key_hex(b->pn.key, hex);
+		kvfs_warn("ns %s: block %s.kv: restoration on the GPU failed "
+			  "after %u layers: the CPU restored the others",
+			  ns->rec.name, hex, rs.gpu_layers);
+		atomic_fetch_add(&c->st_restore_gpu_fallbacks, 1);
+	} else if (!rc && rs.rc) {
+		atomic_fetch_add(&c->st_restore_gpu_blocks, 1);
+	}
 	if (rc == -EBADMSG) {
 		kvfs_fmt_key_hex(b->pn.key, hex);
 		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
@@ -673,7 +859,7 @@ static void job_run(struct kvfs_cache *c, struct kvfs_rjob *j,
 			goto out_close;
 		}
 	}
-	rc = kvfs_rpool_build(ns, ws, s.p, s.len, 0, dst, alen);
+	rc = rpool_build_read(c, b, ws, s.p, s.len, dst, alen);
 	if (rc) {
 		hidden_src_put(b, &s);
 		goto out_free_dst;
@@ -991,51 +1177,27 @@ static int dev_gpu(struct kvfs_cache *c, struct kvfs_block *b,
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
 	struct kvfs_ns *ns = b->ns;
 	const struct kvfs_geom *g = &ns->geom;
-	const struct kvfs_restore_model *m = kvfs_restore_model(ns->hc.rst);
-	struct kvfs_restore_cuda_io io = { 0 };
+	struct kvfs_restore_cuda_io io;
 	struct kvfs_gpu_xfer x[2] = { { 0 } };
 	struct kvfs_fmt_hdr hd;
-	enum kvfs_fmt_err fe;
-	uint64_t po, size, hlb, klb, so, sl, ko, kl;
-	uint32_t src_from, n;
+	uint64_t po, size, so = 0, ko = 0;
+	uint32_t src_from;
 	uint8_t *head, *dev = NULL;
 	size_t nx = 1;
 	int rc;
 
-	fe = kvfs_fmt_validate(s->p, s->len, g, NULL, ns->rec.root,
-			       KVFS_FMT_ALLOW_HIDDEN | KVFS_FMT_ALLOW_MIXED |
-				       KVFS_FMT_SKIP_PAYLOAD_CRC,
-			       &hd);
-	if (fe != KVFS_FMT_OK || hd.kind == KVFS_KIND_KV ||
-	    hd.n_tokens != b->n_tokens)
+	if (gpu_req(ns, s->p, s->len, &hd, &size, &io) ||
+	    hd.n_tokens != b->n_tokens || size != b->size || size > e->len)
 		return -EINVAL;
 	src_from = kvfs_fmt_hdr_kv_from(&hd);
-	n = hd.n_tokens;
-	po = kvfs_fmt_payload_off(n);
-	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, n);
-	hlb = kvfs_restore_hidden_layer_bytes(m, n, g->chunk_tokens, g->dtype);
-	klb = kvfs_restore_kv_layer_bytes(m, n, g->chunk_tokens, g->dtype);
-	/* The request names whole payloads; only the hidden layers' part of
-	 * the stored one is read, and it must lie inside the image.
-	 */
-	if (size != b->size || size > e->len || !hlb || !klb ||
-	    po + (uint64_t)g->n_layers * hlb > s->len ||
-	    po + (uint64_t)g->n_layers * klb != size)
+	po = kvfs_fmt_payload_off(hd.n_tokens);
+	if (src_from < g->n_layers &&
+	    gpu_kv_tail(g, hd.n_tokens, src_from, s->len, size, &so, &ko))
 		return -EINVAL;
 	rc = c->gops->extent_addr(gpu, e, (void **)&dev);
 	if (rc)
 		return rc;
-	io.hidden = s->p + po;
-	io.hidden_len = (uint64_t)g->n_layers * hlb;
-	io.hidden_dtype = g->dtype;
 	io.kv = dev + po;
-	io.kv_len = size - po;
-	io.kv_dtype = g->dtype;
-	io.start_pos = hd.start_pos;
-	io.n_tokens = n;
-	io.chunk_tokens = g->chunk_tokens;
-	io.first_layer = 0;
-	io.n_layers = src_from;
 	io.flags = KVFS_RC_KV_DEVICE;
 	rc = kvfs_restore_cuda_block(ns->hc.rc, &io);
 	if (rc)
@@ -1054,15 +1216,6 @@ static int dev_gpu(struct kvfs_cache *c, struct kvfs_block *b,
 						 hdr_crc)));
 	x[0] = (struct kvfs_gpu_xfer){ .pool = e, .host = head, .len = po };
 	if (src_from < g->n_layers) {
-		/* The K and V layers follow each other at the end of both
-		 * layouts.
-		 */
-		if (kvfs_fmt_layer_range(g, n, src_from, src_from, &so, &sl) ||
-		    kvfs_fmt_layer_range(g, n, 0, src_from, &ko, &kl) ||
-		    sl != kl || s->len - so != size - ko) {
-			free(head);
-			return -EINVAL;
-		}
 		x[1] = (struct kvfs_gpu_xfer){ .pool = e,
 					       .host = (void *)(s->p + so),
 					       .off = ko, .len = size - ko };
@@ -1302,24 +1455,67 @@ static int hc_profile(struct kvfs_cache *c, struct kvfs_ns *ns,
 		kvfs_warn("ns %s: hcache: the SSD could not be profiled "
 			  "(O_DIRECT read of %s failed): no SSD plan",
 			  ns->rec.name, c->store->data_path);
-	rc = kvfs_hsched_plan(&hc->prof, KVFS_TIER_DRAM, g->n_layers,
-			      &hc->plan[KVFS_TIER_DRAM]);
-	if (!rc && hc->ssd_profiled)
-		rc = kvfs_hsched_plan(&hc->prof, KVFS_TIER_SSD, g->n_layers,
-				      &hc->plan[KVFS_TIER_SSD]);
-	if (rc)
-		goto out_free;
-	hc->planned = true;
+	hc->profiled = true;
 	kvfs_info("ns %s: hcache profile per layer of a %u-token block: "
 		  "DRAM hidden %.1f us, KV %.1f us; SSD hidden %.1f us, KV "
-		  "%.1f us; projection %.1f us; token recomputation: no "
-		  "model runner, left out",
+		  "%.1f us; projection on the CPU %.1f us; token "
+		  "recomputation: no model runner, left out",
 		  ns->rec.name, T, hc->prof.io_hidden[KVFS_TIER_DRAM] * 1e6,
 		  hc->prof.io_kv[KVFS_TIER_DRAM] * 1e6,
 		  hc->prof.io_hidden[KVFS_TIER_SSD] * 1e6,
 		  hc->prof.io_kv[KVFS_TIER_SSD] * 1e6, hc->prof.c_hidden * 1e6);
+out_free:
+	free(x);
+	free(y);
+	free(xf);
+	return rc;
+}
+
+/*
+ * The bubble-free plans of @ns for blocks read from DRAM and from the SSD
+ * (paper 003 §4.1), from the start-up profile.  C_H is the projection
+ * time of whoever restores: the GPU's (kvfs_restore_cuda_profile(), taken
+ * by hc_dev_init()) when the namespace has a GPU restorer that could be
+ * profiled, else the CPU's.  The I/O figures are the host's either way.
+ */
+static int hc_plan(struct kvfs_ns *ns)
+{
+	struct kvfs_hc_ns *hc = &ns->hc;
+	const struct kvfs_geom *g = &ns->geom;
+	struct kvfs_hsched_profile p;
+	int rc;
+
+	if (!hc->profiled)
+		return 0;
+	p = hc->prof;
+	hc->plan_gpu = hc->rc && hc->gpu_profiled;
+	if (hc->plan_gpu)
+		p.c_hidden = hc->gpu_compute;
+	rc = kvfs_hsched_plan(&p, KVFS_TIER_DRAM, g->n_layers,
+			      &hc->plan[KVFS_TIER_DRAM]);
+	if (!rc && hc->ssd_profiled)
+		rc = kvfs_hsched_plan(&p, KVFS_TIER_SSD, g->n_layers,
+				      &hc->plan[KVFS_TIER_SSD]);
+	if (rc) {
+		kvfs_warn("ns %s: hcache: no plan (%s)", ns->rec.name,
+			  strerror(-rc));
+		return 0;
+	}
+	hc->planned = true;
+	if (hc->plan_gpu)
+		kvfs_info("ns %s: hcache plans use the GPU's projection time, "
+			  "%.1f us per layer (the CPU's: %.1f us): the GPU "
+			  "restores reads, FETCH and restorations ahead of "
+			  "need", ns->rec.name, p.c_hidden * 1e6,
+			  hc->prof.c_hidden * 1e6);
+	else
+		kvfs_info("ns %s: hcache plans use the CPU's projection time, "
+			  "%.1f us per layer (%s)", ns->rec.name,
+			  p.c_hidden * 1e6,
+			  hc->rc ? "the GPU restorer could not be profiled" :
+				   "no GPU restorer");
 	for (int tier = KVFS_TIER_DRAM; tier <= KVFS_TIER_SSD; tier++) {
-		const struct kvfs_hsched_plan *p = &hc->plan[tier];
+		const struct kvfs_hsched_plan *pl = &hc->plan[tier];
 
 		if (tier == KVFS_TIER_SSD && !hc->ssd_profiled)
 			continue;
@@ -1327,15 +1523,11 @@ static int hc_profile(struct kvfs_cache *c, struct kvfs_ns *ns,
 			  "%u hidden + %u KV + %u recomputed layers, "
 			  "predicted %.1f us (I/O %.1f, compute %.1f)",
 			  ns->rec.name, kvfs_tier_name(tier),
-			  mode_name(p->mode), p->n_hidden, p->n_kv,
-			  p->n_recompute, p->t_total * 1e6, p->t_io * 1e6,
-			  p->t_compute * 1e6);
+			  mode_name(pl->mode), pl->n_hidden, pl->n_kv,
+			  pl->n_recompute, pl->t_total * 1e6, pl->t_io * 1e6,
+			  pl->t_compute * 1e6);
 	}
-out_free:
-	free(x);
-	free(y);
-	free(xf);
-	return rc;
+	return 0;
 }
 
 /*
@@ -1388,7 +1580,9 @@ static int hc_decide(struct kvfs_ns *ns, const struct kvfs_conf_ns *cn)
 					    n, &hc->kv_from);
 		if (rc)
 			return rc;
-		why = ssd ? "SSD plan" : "no SSD plan";
+		why = !ssd ? "no SSD plan" :
+		      hc->plan_gpu ? "SSD plan, GPU projection time" :
+				     "SSD plan, CPU projection time";
 	}
 	if (!smaller)
 		kvfs_info("ns %s: store_as = auto: hidden states (%u per "
@@ -1452,14 +1646,15 @@ static int hc_load(struct kvfs_cache *c, struct kvfs_ns *ns,
 	if (rc)
 		kvfs_warn("ns %s: hcache profiling failed (%s): no plan",
 			  ns->rec.name, strerror(-rc));
-	return hc_decide(ns, cn);
+	return 0;
 }
 
 /*
  * The device restorer of @ns ([tier.gpu] restore): the GPU with the cuda
  * backend when it can start (restore = gpu refuses the start otherwise,
  * auto falls back to the CPU, saying why), the CPU into the pool
- * otherwise.  Without a device tier there is none.
+ * otherwise.  Without a device tier there is none.  A GPU restorer also
+ * serves the restoration jobs, and its profile feeds hc_plan().
  */
 static int hc_dev_init(struct kvfs_cache *c, struct kvfs_ns *ns)
 {
@@ -1500,9 +1695,10 @@ static int hc_dev_init(struct kvfs_cache *c, struct kvfs_ns *ns)
 	}
 	hc->dev = KVFS_HC_DEV_GPU;
 	kvfs_info("ns %s: blocks stored as hidden states are restored on "
-		  "CUDA device %u straight into the device pool (%" PRIu64
-		  " bytes of weights there)", ns->rec.name, c->conf.gpu_device,
-		  kvfs_restore_cuda_mem_bytes(hc->rc));
+		  "CUDA device %u straight into the device pool, and into "
+		  "host memory for reads and restorations ahead of need (%"
+		  PRIu64 " bytes of weights there)", ns->rec.name,
+		  c->conf.gpu_device, kvfs_restore_cuda_mem_bytes(hc->rc));
 	rc = kvfs_restore_cuda_profile(hc->rc, ns->geom.block_tokens,
 				       ns->geom.dtype, &p);
 	if (rc) {
@@ -1547,9 +1743,16 @@ int kvfs_rpool_start(struct kvfs_cache *c)
 
 		if (!cn || !cn->hc.weights[0])
 			continue;
+		/* The device restorer first: its profile feeds the plans,
+		 * and the plans the split HIDDEN writes are stored with.
+		 */
 		rc = hc_load(c, ns, cn, ws);
 		if (!rc)
 			rc = hc_dev_init(c, ns);
+		if (!rc)
+			rc = hc_plan(ns);
+		if (!rc)
+			rc = hc_decide(ns, cn);
 		want = RPOOL_THREADS;
 	}
 	kvfs_restore_ws_free(ws);
@@ -1646,6 +1849,9 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 	CS("restore.to_device_gpu", atomic_load(&c->st_restore_gpu));
 	CS("restore.to_device_fallbacks",
 	   atomic_load(&c->st_restore_dev_fallback));
+	CS("restore.gpu_blocks", atomic_load(&c->st_restore_gpu_blocks));
+	CS("restore.gpu_fallbacks",
+	   atomic_load(&c->st_restore_gpu_fallbacks));
 	CS("restore.threads", c->rpool ? c->rpool->n_threads : 0);
 #undef CS
 	for (size_t i = 0; i < c->n_ns; i++) {
@@ -1693,6 +1899,7 @@ void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f)
 			continue;
 		NS("profile.compute_ns", "%" PRIu64,
 		   (uint64_t)llround(hc->prof.c_hidden * 1e9));
+		NS("plan.compute", "%s", hc->plan_gpu ? "gpu" : "cpu");
 		NS("profile.recompute", "%s", "none");
 		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
 			const struct kvfs_hsched_plan *p = &hc->plan[t];

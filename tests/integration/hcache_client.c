@@ -13,11 +13,16 @@
  *                                  into it: HIDDEN and MIXED blocks, from
  *                                  the SSD and from DRAM, one restoration
  *                                  for many fetchers), PREFETCH (on
- *                                  blocks not read since the mount)
+ *                                  blocks not read since the mount),
+ *                                  reads restored on the GPU when the
+ *                                  namespace has a GPU restorer
  *   hcache_client stats MNT        the counters after all of that
  *   hcache_client crash-write MNT  write one more chain to lmix (the test
  *                                  then kills the daemon with -9)
  *   hcache_client crash-check MNT  read it back after the restart
+ *   hcache_client fallback MNT     reads when the GPU restoration fails
+ *                                  (a cuBLAS whose GEMMs fail): restored
+ *                                  on the CPU instead, counted
  *
  * Models (tests/unit/ckpt_ref.c: weights generated from a seeded PRNG,
  * values exact in their dtype): a Llama MHA model with F32 weights, a
@@ -736,6 +741,79 @@ static void check_pool_block(const struct chain *c, int i,
 	free(img);
 }
 
+/* The counters a restoration for a read moves. */
+struct rdstat {
+	uint64_t blocks, gpu, fallbacks, pipelined;
+};
+
+static void rdstat_get(struct rdstat *r)
+{
+	r->blocks = stat_u64("restore.blocks");
+	r->pipelined = stat_u64("restore.pipelined");
+	r->gpu = stat_u64("restore.gpu_blocks");
+	r->fallbacks = stat_u64("restore.gpu_fallbacks");
+}
+
+/*
+ * Blocks 0 and 1 of a chain of @base nobody wrote yet (its seed moved by
+ * @seed_off), written, block 1 then dropped from DRAM, and each read
+ * once: block 0 with its stored image in DRAM, block 1 from the SSD
+ * (streamed layer by layer: the lru policy of these mounts promotes
+ * nothing back into DRAM).
+ * Each read restores once and matches the reference.  @gpu: the
+ * namespace has a GPU restorer, so each restoration runs there
+ * (restore.gpu_blocks), or, with @fail (its cuBLAS fails every GEMM),
+ * falls back to the CPU (restore.gpu_fallbacks).  Without a GPU restorer
+ * neither moves.
+ */
+static void read_two(const struct nspec *base, uint64_t seed_off, bool gpu,
+		     bool fail)
+{
+	struct nspec alt = *base;
+	struct kvfs_ctl_msg m;
+	struct rdstat r, now;
+	struct chain c;
+	char path[2][4200];
+	uint8_t *img;
+	size_t len;
+
+	alt.seed += seed_off;
+	chain_make(&c, &alt);
+	for (int i = 0; i < 2; i++) {
+		block_path(path[i], sizeof(path[i]), alt.name, c.key[i]);
+		assert_int_equal(put_file(path[i], c.img[i], c.size[i]), 0);
+	}
+	assert_int_equal(ctl_call(KVFS_CTL_EVICT, alt.name, c.key[1],
+				  1 /* dram */, &m),
+			 0);
+	for (int i = 0; i < 2; i++) {
+		rdstat_get(&r);
+		img = get_file(path[i], &len);
+		check_image(&c, i, img, len);
+		free(img);
+		rdstat_get(&now);
+		assert_int_equal(now.blocks, r.blocks + 1);
+		assert_int_equal(now.pipelined, r.pipelined + (uint64_t)i);
+		assert_int_equal(now.gpu, r.gpu + (gpu && !fail ? 1 : 0));
+		assert_int_equal(now.fallbacks,
+				 r.fallbacks + (gpu && fail ? 1 : 0));
+	}
+	/* gone again, so that the stats mode counts the four-block chains */
+	for (int i = 1; i >= 0; i--)
+		assert_int_equal(unlink(path[i]), 0);
+	chain_free(&c);
+}
+
+/* Reads of HIDDEN (f32 and bf16) and MIXED blocks restore on the GPU
+ * when the namespace has a GPU restorer, from DRAM and from the SSD.
+ */
+static void test_read_on_gpu(void **state)
+{
+	read_two(&nss[0], 900, ns_on_gpu(nss[0].name), false);
+	read_two(&nss[1], 900, ns_on_gpu(nss[1].name), false);
+	read_two(&nss[5], 900, ns_on_gpu(nss[5].name), false);
+}
+
 /* FETCH of an SSD-only hidden block (q2h, HIDDEN): restored straight into
  * the pool, once, with no KV image in DRAM; a second FETCH finds it
  * there.  Evicted from the pool, its image goes down to DRAM complete
@@ -1055,6 +1133,47 @@ static void test_stats(void **state)
 			 models[0].s.L);
 	assert_int_equal(stat_u64("ns.lf32.hcache.plan.ssd.recompute_layers"),
 			 0);
+	/* reads restored on the GPU when there is a GPU restorer, whose
+	 * projection time the plans then use; never a fallback here
+	 */
+	assert_int_equal(stat_u64("restore.gpu_fallbacks"), 0);
+	for (size_t n = 0; n < NNS; n++) {
+		char key[128], v[16];
+		bool gpu = ns_on_gpu(nss[n].name);
+
+		snprintf(key, sizeof(key), "ns.%s.hcache.plan.compute",
+			 nss[n].name);
+		stat_str(key, v, sizeof(v));
+		assert_string_equal(v, gpu ? "gpu" : "cpu");
+	}
+	if (ns_on_gpu(nss[0].name))
+		assert_true(stat_u64("restore.gpu_blocks") >= 6);
+	else
+		assert_int_equal(stat_u64("restore.gpu_blocks"), 0);
+}
+
+/* --------------------------------------------------------- fallback mode */
+
+/*
+ * The daemon runs with a cuBLAS whose GEMMs all fail (test_hcache.sh):
+ * the GPU restorer starts, its profile fails, so the plans use the CPU's
+ * projection time; every read's GPU restoration fails and the CPU
+ * restores it instead, with the right bytes.
+ */
+static void test_fallback(void **state)
+{
+	char key[128], v[16];
+
+	if (!ns_on_gpu(nss[0].name))
+		fail_msg("fallback mode needs a GPU restorer");
+	snprintf(key, sizeof(key), "ns.%s.hcache.plan.compute", nss[0].name);
+	stat_str(key, v, sizeof(v));
+	assert_string_equal(v, "cpu");
+	read_two(&nss[0], 1100, true, true);
+	read_two(&nss[1], 1100, true, true);
+	read_two(&nss[5], 1100, true, true);
+	assert_int_equal(stat_u64("restore.gpu_blocks"), 0);
+	assert_int_equal(stat_u64("restore.errors"), 0);
 }
 
 /* ------------------------------------------------------------ setup mode */
@@ -1171,6 +1290,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_fetch_mixed),
 		cmocka_unit_test(test_prefetch_then_read),
 		cmocka_unit_test(test_prefetch_in_dram),
+		cmocka_unit_test(test_read_on_gpu),
+	};
+	const struct CMUnitTest fallback_tests[] = {
+		cmocka_unit_test(test_fallback),
 	};
 	const struct CMUnitTest stats_tests[] = {
 		cmocka_unit_test(test_stats),
@@ -1185,7 +1308,7 @@ int main(int argc, char **argv)
 	if (argc != 3) {
 		fprintf(stderr, "usage: hcache_client setup DIR | "
 				"write|check|concurrent|stats|crash-write|"
-				"crash-check MNT\n");
+				"crash-check|fallback MNT\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "setup"))
@@ -1207,5 +1330,7 @@ int main(int argc, char **argv)
 		return cmocka_run_group_tests(crash_write_tests, NULL, NULL);
 	if (!strcmp(argv[1], "crash-check"))
 		return cmocka_run_group_tests(crash_check_tests, NULL, NULL);
+	if (!strcmp(argv[1], "fallback"))
+		return cmocka_run_group_tests(fallback_tests, NULL, NULL);
 	return 2;
 }

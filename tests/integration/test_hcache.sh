@@ -11,7 +11,10 @@
 # shm, or cuda with KVFS_TEST_GPU=cuda (make test-gpu on a GPU host; make
 # test runs it against the cudart stand-in, tests/gpu/cudaemu.c), where
 # [tier.gpu] restore = auto uses the GPU if its restoration starts and
-# the CPU otherwise, as the log says.
+# the CPU otherwise, as the log says.  With a GPU restorer, reads and
+# restorations ahead of need run there too, the plans use its projection
+# time, and a failing GPU (a cuBLAS whose GEMMs fail) falls back to the
+# CPU for reads.
 . "$(dirname "$0")/lib.sh"
 
 backend=shm
@@ -38,7 +41,11 @@ t_check "the checkpoints were loaded and profiled" \
 	grep -q "hcache plan for blocks read from ssd" "$STORE/kvfs.log"
 t_check "token recomputation is reported as left out" \
 	grep -q "token recomputation: no model runner, left out" "$STORE/kvfs.log"
+t_check "the plans say whose projection time they use" \
+	grep -Eq "ns lf32: hcache plans use the (CPU|GPU)'s projection time" "$STORE/kvfs.log"
 if [ "$backend" = shm ]; then
+	t_check "the plans use the CPU's projection time (no GPU restorer)" \
+		grep -q "ns lf32: hcache plans use the CPU's projection time, .* (no GPU restorer)" "$STORE/kvfs.log"
 	t_check "restore = auto on shm restores on the CPU into the pool" \
 		grep -q "ns lf32: blocks stored as hidden states are restored on the CPU straight into the device pool when it loads them (\[tier.gpu\] restore = auto)" "$STORE/kvfs.log"
 else
@@ -103,6 +110,49 @@ t_cmocka crash-check "$CLIENT" crash-check "$MNT"
 t_cmocka check-after-kill "$CLIENT" check "$MNT"
 t_check "no checksum failures after kill -9" sh -c "! grep -q 'fails verification' '$STORE/kvfs.log'"
 t_check "clean unmount after kill -9" kvfs_unmount
+
+# A GPU restoration that fails for reads: a "cuBLAS" whose GEMMs all fail
+# (built here, loaded through KVFS_CUBLAS_LIB) lets the GPU restorer
+# start; its profile fails, so the plans use the CPU's projection time,
+# and each read is restored on the CPU instead, counted as a fallback.
+if [ "$backend" = cuda ]; then
+	cat >"$T_DIR/failblas.c" <<'EOC'
+/* cuBLAS's seven entry points as restore_cuda.c calls them; every GEMM
+ * fails with CUBLAS_STATUS_EXECUTION_FAILED (13).
+ */
+static int handle;
+int cublasCreate_v2(void **h) { *h = &handle; return 0; }
+int cublasDestroy_v2(void *h) { (void)h; return 0; }
+int cublasSetStream_v2(void *h, void *s) { (void)h; (void)s; return 0; }
+int cublasSetMathMode(void *h, int m) { (void)h; (void)m; return 0; }
+int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k,
+		   const float *al, const float *a, int lda, const float *b,
+		   int ldb, const float *be, float *c, int ldc)
+{ return 13; }
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k,
+		 const void *al, const void *a, int at, int lda, const void *b,
+		 int bt, int ldb, const void *be, void *c, int ct, int ldc,
+		 int comp, int algo)
+{ return 13; }
+const char *cublasGetStatusString(int s) { return "failing on purpose"; }
+EOC
+	t_check "build a cuBLAS whose GEMMs fail" \
+		"${CC:-cc}" -shared -fPIC -o "$T_DIR/libcublas-fail.so" "$T_DIR/failblas.c"
+	KVFS_CUBLAS_LIB=$T_DIR/libcublas-fail.so t_check \
+		"mount with the failing cuBLAS" kvfs_mount
+	if [ "$(kvfs_stat ns.lf32.hcache.device_restore)" = gpu ]; then
+		t_check "the plans say they use the CPU's projection time" \
+			grep -q "ns lf32: hcache plans use the CPU's projection time, .* (the GPU restorer could not be profiled)" "$STORE/kvfs.log"
+		t_cmocka fallback "$CLIENT" fallback "$MNT"
+		t_check "the fallbacks are logged" \
+			grep -q "restoration on the GPU failed .*: restoring it on the CPU" "$STORE/kvfs.log"
+		t_check "the streamed fallbacks are logged" \
+			grep -q "restoration on the GPU failed after 0 layers: the CPU restored the others" "$STORE/kvfs.log"
+	else
+		t_log "no GPU restorer here (restore = auto fell back to the CPU): fallback reads not tested"
+	fi
+	t_check "unmount after the fallback reads" kvfs_unmount
+fi
 t_check "no sanitizer report in the daemon log" \
 	sh -c "! grep -q 'AddressSanitizer\\|runtime error\\|LeakSanitizer' '$STORE/kvfs.log'"
 t_done

@@ -357,6 +357,35 @@ static void test_split_auto(void **state)
 			 -EINVAL);
 }
 
+/*
+ * The daemon plans with the projection time of whoever restores: the
+ * same SSD I/O (N = 32, IO_H = 1, IO_KV = 2) with the CPU's C_H = 30
+ * (20-50 times the read, as measured) is compute-bound,
+ * L_H = ceil(64 / 31) = 3, so store_as = auto keeps 3 layers hidden; with
+ * a GPU's C_H = 0.5 <= IO_H it is I/O-bound and keeps all 32; with
+ * C_H = 1.125 (just compute-bound) 31, as in the 7B row.  MHA 7B shapes.
+ */
+static void test_split_follows_compute(void **state)
+{
+	static const struct {
+		double ch;
+		uint32_t kv_from;
+	} v[] = { { 30, 3 }, { 0.5, 32 }, { 1.125, 31 } };
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		struct kvfs_hsched_profile p = prof(1, 2, v[i].ch, 0);
+		struct kvfs_hsched_plan pl;
+		uint32_t kv_from = 0;
+
+		assert_int_equal(kvfs_hsched_plan(&p, KVFS_TIER_SSD, 32, &pl),
+				 0);
+		assert_int_equal(kvfs_hsched_split_auto(4096, 32, 128, &pl, 32,
+							&kv_from),
+				 0);
+		assert_int_equal(kv_from, v[i].kv_from);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +402,7 @@ int main(void)
 		cmocka_unit_test(test_random_near_optimal),
 		cmocka_unit_test(test_hidden_smaller),
 		cmocka_unit_test(test_split_auto),
+		cmocka_unit_test(test_split_follows_compute),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
