@@ -24,17 +24,10 @@
 
 #include "fs/libkvfs.h"
 #include "meta/fmt.h"
+#include "bench_i.h"
 
 #define NKEYS 64
 #define NFETCH 16
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -43,32 +36,10 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static double pct(uint64_t *v, size_t n, double p)
 {
 	qsort(v, n, sizeof(*v), cmp_u64);
 	return (double)v[(size_t)(p * (double)(n - 1))];
-}
-
-static void summary(const char *file, const char *label, double k, double b,
-		    const char *unit, const char *target)
-{
-	FILE *f = file ? fopen(file, "a") : NULL;
-
-	printf("    kvfs      %10.2f %s\n    baseline  %10.2f %s\n"
-	       "    ratio     %10.2f\n",
-	       k, unit, b, unit, b > 0 ? k / b : 0);
-	if (!f)
-		return;
-	fprintf(f, "%s|%.2f|%.2f|%s|%.2f|%s\n", label, k, b, unit,
-		b > 0 ? k / b : 0, target);
-	fclose(f);
 }
 
 /* Keys of the first @max blocks listed in the namespace. */
@@ -133,20 +104,20 @@ int main(int argc, char **argv)
 	uint64_t *tb = calloc((size_t)iters, sizeof(*tb));
 
 	for (int i = 0; i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		rc = kvfs_client_lookup(c, ns, (const void *)keys, NKEYS, 0,
 					&out);
-		tk[i] = now_ns() - t0;
+		tk[i] = bench_now_ns() - t0;
 		if (rc || out.resp.n_cached != NKEYS) {
 			fprintf(stderr, "bench_ctl: lookup failed\n");
 			return 1;
 		}
 		kvfs_client_blocks_release(&out);
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		if (getxattr(dir, "user.kvfs.blocks", v, sizeof(v)) < 0)
 			return 1;
-		tb[i] = now_ns() - t0;
+		tb[i] = bench_now_ns() - t0;
 	}
 	printf("\n[5] ctl LOOKUP of a %d-block prefix (ioctl), against a bare "
 	       "FUSE round trip (getxattr on the namespace)\n", NKEYS);
@@ -156,9 +127,9 @@ int main(int argc, char **argv)
 	double b50 = pct(tb, (size_t)iters, 0.5) / 1e3;
 	double b99 = pct(tb, (size_t)iters, 0.99) / 1e3;
 	printf("  p50:\n");
-	summary(summ, "[5] LOOKUP 64 blocks p50", k50, b50, "us", "-");
+	bench_summary(summ, "[5] LOOKUP 64 blocks p50", k50, b50, "us", "-");
 	printf("  p99:\n");
-	summary(summ, "[5] LOOKUP 64 blocks p99", k99, b99, "us", "-");
+	bench_summary(summ, "[5] LOOKUP 64 blocks p99", k99, b99, "us", "-");
 
 	/* [6] DRAM -> pool */
 	int reps = iters / 100 < 5 ? 5 : iters / 100;
@@ -171,10 +142,10 @@ int main(int argc, char **argv)
 	for (int r = 0; r < reps; r++) {
 		kvfs_client_evict(c, ns, (const void *)keys, NFETCH,
 				  KVFS_CLIENT_TIER_GPU);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		rc = kvfs_client_fetch(c, ns, (const void *)keys, NFETCH, &out);
-		uint64_t t = now_ns() - t0;
+		uint64_t t = bench_now_ns() - t0;
 
 		if (rc || out.resp.error) {
 			fprintf(stderr, "bench_ctl: fetch failed: %d/%d\n", rc,
@@ -192,9 +163,9 @@ int main(int argc, char **argv)
 
 		memset(src, 1, bytes);
 		memset(dst, 2, bytes);
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		memcpy(dst, src, bytes);
-		t = now_ns() - t0;
+		t = bench_now_ns() - t0;
 		gb[r] = (double)bytes / (double)t;
 		if (dst[bytes - 1] != 1)
 			return 1;
@@ -203,13 +174,13 @@ int main(int argc, char **argv)
 	}
 	kvfs_client_unpin(c, ns, (const void *)keys, NFETCH,
 			  KVFS_CLIENT_TIER_DRAM);
-	qsort(gk, (size_t)reps, sizeof(double), cmp_double);
-	qsort(gb, (size_t)reps, sizeof(double), cmp_double);
+	qsort(gk, (size_t)reps, sizeof(double), bench_cmp_double);
+	qsort(gb, (size_t)reps, sizeof(double), bench_cmp_double);
 	printf("\n[6] DRAM -> device pool (shm): FETCH of %d DRAM-resident "
 	       "blocks (%.1f MiB), against memcpy of the same bytes\n",
 	       NFETCH, (double)bytes / (1 << 20));
 	printf("  $ bench_ctl MNT %s (median of %d)\n", ns, reps);
-	summary(summ, "[6] DRAM->pool FETCH", gk[reps / 2], gb[reps / 2],
+	bench_summary(summ, "[6] DRAM->pool FETCH", gk[reps / 2], gb[reps / 2],
 		"GB/s", "-");
 	free(tk);
 	free(tb);

@@ -45,6 +45,7 @@
 #include "cache/tier.h"
 #include "gpu/hsched.h"
 #include "gpu/restore.h"
+#include "bench_i.h"
 #include "meta/fmt.h"
 
 #define FULL_LAYERS 32
@@ -52,42 +53,6 @@
 #define HEAD_DIM 128
 #define BLOCK_TOKENS 64
 #define SSD_COPIES 16
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return v[n / 2];
-}
-
-static void summary(const char *file, const char *label, double k, double b,
-		    const char *unit)
-{
-	FILE *f = file ? fopen(file, "a") : NULL;
-
-	printf("    kvfs      %12.2f %s\n    baseline  %12.2f %s\n"
-	       "    ratio     %12.2f\n",
-	       k, unit, b, unit, b > 0 ? k / b : 0);
-	if (!f)
-		return;
-	fprintf(f, "%s|%.2f|%.2f|%s|%.2f|-\n", label, k, b, unit,
-		b > 0 ? k / b : 0);
-	fclose(f);
-}
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
@@ -244,7 +209,7 @@ static void fig_throughput(struct model *md, uint32_t n, int iters,
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)kvd,
 		    HIDDEN, 1.0f, xf, HIDDEN, w, HIDDEN, 0.0f, c, (int)kvd);
 	for (int i = 0; i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		if (kvfs_restore_layer(md->r, ws, (uint32_t)i % m->n_layers, x,
 				       KVFS_DTYPE_BF16, 100, n, n, kv,
@@ -252,22 +217,22 @@ static void fig_throughput(struct model *md, uint32_t n, int iters,
 			printf("    (no figure: restore failed)\n");
 			goto out_free;
 		}
-		tr[i] = (double)(now_ns() - t0) * 1e-9;
-		t0 = now_ns();
+		tr[i] = (double)(bench_now_ns() - t0) * 1e-9;
+		t0 = bench_now_ns();
 		for (int k = 0; k < 2; k++)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    (int)n, (int)kvd, HIDDEN, 1.0f, xf, HIDDEN,
 				    w, HIDDEN, 0.0f, c, (int)kvd);
-		ts[i] = (double)(now_ns() - t0) * 1e-9;
+		ts[i] = (double)(bench_now_ns() - t0) * 1e-9;
 	}
-	double r = median(tr, iters), s = median(ts, iters);
+	double r = bench_median(tr, iters), s = bench_median(ts, iters);
 	double gf = 4.0 * n * kvd * HIDDEN / s * 1e-9;
 
 	printf("  %u tokens per call: restore %.3f ms/layer, sgemm x2 %.3f "
 	       "ms/layer (%.1f GFLOP/s)\n", n, r * 1e3, s * 1e3, gf);
 	snprintf(label, sizeof(label), "[8] restore %s %u tok", md->name, n);
-	summary(summ, label, n / (r * FULL_LAYERS), n / (s * FULL_LAYERS),
-		"tok/s");
+	bench_summary(summ, label, n / (r * FULL_LAYERS), n / (s * FULL_LAYERS),
+		"tok/s", "-");
 out_free:
 	kvfs_restore_ws_free(ws);
 	free(x);
@@ -339,27 +304,27 @@ static void fig_block_dram(struct model *md, struct blk *b,
 	kvfs_restore_block(md->r, ws, &b->io);
 	memcpy(b->kv, b->kv2, b->kb);
 	for (int i = 0; i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		kvfs_restore_block(md->r, ws, &b->io);
-		t1[i] = (double)(now_ns() - t0) * 1e-9;
-		t0 = now_ns();
+		t1[i] = (double)(bench_now_ns() - t0) * 1e-9;
+		t0 = bench_now_ns();
 		memcpy(b->kv, b->kv2, b->kb);
-		t2[i] = (double)(now_ns() - t0) * 1e-9;
-		t0 = now_ns();
+		t2[i] = (double)(bench_now_ns() - t0) * 1e-9;
+		t0 = bench_now_ns();
 		memcpy(b->kv, b->h, b->hb);
-		t3[i] = (double)(now_ns() - t0) * 1e-9;
+		t3[i] = (double)(bench_now_ns() - t0) * 1e-9;
 	}
-	prof->c_hidden = median(t1, iters) / L;
-	prof->io_kv[KVFS_TIER_DRAM] = median(t2, iters) / L;
-	prof->io_hidden[KVFS_TIER_DRAM] = median(t3, iters) / L;
+	prof->c_hidden = bench_median(t1, iters) / L;
+	prof->io_kv[KVFS_TIER_DRAM] = bench_median(t2, iters) / L;
+	prof->io_hidden[KVFS_TIER_DRAM] = bench_median(t3, iters) / L;
 	printf("  block of %u tokens x %u layers: hidden %llu KiB, KV %llu "
 	       "KiB; restore %.3f ms, KV memcpy %.3f ms\n",
 	       b->n, md->m.n_layers, (unsigned long long)(b->hb >> 10),
-	       (unsigned long long)(b->kb >> 10), median(t1, iters) * 1e3,
-	       median(t2, iters) * 1e3);
-	summary(summ, "[9a] block from DRAM", b->n / median(t1, iters),
-		b->n / median(t2, iters), "tok/s");
+	       (unsigned long long)(b->kb >> 10), bench_median(t1, iters) * 1e3,
+	       bench_median(t2, iters) * 1e3);
+	bench_summary(summ, "[9a] block from DRAM", b->n / bench_median(t1, iters),
+		b->n / bench_median(t2, iters), "tok/s", "-");
 out_free:
 	free(t1);
 	free(t2);
@@ -406,29 +371,29 @@ static void fig_block_ssd(struct model *md, struct blk *b,
 		goto out_fail;
 	for (int i = 0; i < iters; i++) {
 		int j = i % SSD_COPIES;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = bench_now_ns();
 
 		if (pread(fd, b->h, b->hb, (off_t)(j * b->hb)) !=
 		    (ssize_t)b->hb)
 			goto out_fail;
-		t3[i] = (double)(now_ns() - t0) * 1e-9;
+		t3[i] = (double)(bench_now_ns() - t0) * 1e-9;
 		kvfs_restore_block(md->r, ws, &b->io);
-		t1[i] = (double)(now_ns() - t0) * 1e-9;
-		t0 = now_ns();
+		t1[i] = (double)(bench_now_ns() - t0) * 1e-9;
+		t0 = bench_now_ns();
 		if (pread(fd, b->kv, b->kb, (off_t)(kbase + j * b->kb)) !=
 		    (ssize_t)b->kb)
 			goto out_fail;
-		t2[i] = (double)(now_ns() - t0) * 1e-9;
+		t2[i] = (double)(bench_now_ns() - t0) * 1e-9;
 	}
 	close(fd);
-	prof->io_hidden[KVFS_TIER_SSD] = median(t3, iters) / md->m.n_layers;
-	prof->io_kv[KVFS_TIER_SSD] = median(t2, iters) / md->m.n_layers;
+	prof->io_hidden[KVFS_TIER_SSD] = bench_median(t3, iters) / md->m.n_layers;
+	prof->io_kv[KVFS_TIER_SSD] = bench_median(t2, iters) / md->m.n_layers;
 	printf("  SSD: hidden read %.3f ms + restore = %.3f ms; KV read "
 	       "%.3f ms (read then restore, not overlapped)\n",
-	       median(t3, iters) * 1e3, median(t1, iters) * 1e3,
-	       median(t2, iters) * 1e3);
-	summary(summ, "[9b] block from SSD", b->n / median(t1, iters),
-		b->n / median(t2, iters), "tok/s");
+	       bench_median(t3, iters) * 1e3, bench_median(t1, iters) * 1e3,
+	       bench_median(t2, iters) * 1e3);
+	bench_summary(summ, "[9b] block from SSD", b->n / bench_median(t1, iters),
+		b->n / bench_median(t2, iters), "tok/s", "-");
 	goto out_free;
 out_fail:
 	printf("    (no figure: the file under %s could not be written or "
@@ -514,7 +479,7 @@ static void fig_block_stream(struct model *md, struct blk *b,
 	rs.dst_len = ks;
 	for (int i = -1; i < iters; i++) {
 		for (int w = 0; w < 2; w++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = bench_now_ns();
 
 			rs.ext = &e[(2 * (i + 1) + w) % SSD_COPIES];
 			rs.flags = w ? KVFS_RS_WHOLE : 0;
@@ -522,16 +487,16 @@ static void fig_block_stream(struct model *md, struct blk *b,
 			if (rc)
 				goto out_unlink;
 			if (i >= 0)
-				(w ? tw : tp)[i] = (double)(now_ns() - t0) *
+				(w ? tw : tp)[i] = (double)(bench_now_ns() - t0) *
 						   1e-9;
 		}
 	}
 	printf("  SSD, the daemon's restore (%u layers, %llu KiB stored): "
 	       "pipelined %.3f ms, whole read then restore %.3f ms\n",
 	       g.n_layers, (unsigned long long)(hs >> 10),
-	       median(tp, iters) * 1e3, median(tw, iters) * 1e3);
-	summary(summ, "[9c] SSD restore pipelined/whole",
-		b->n / median(tp, iters), b->n / median(tw, iters), "tok/s");
+	       bench_median(tp, iters) * 1e3, bench_median(tw, iters) * 1e3);
+	bench_summary(summ, "[9c] SSD restore pipelined/whole",
+		b->n / bench_median(tp, iters), b->n / bench_median(tw, iters), "tok/s", "-");
 out_unlink:
 	if (rc)
 		printf("    (no figure: the SSD tier over %s failed: %d)\n",
@@ -566,7 +531,7 @@ static void fig_bytes(const char *name, uint32_t kvh, const char *summ)
 	       kvfs_fmt_file_size(&g, KVFS_KIND_HIDDEN, 16) / 16.0 / 1024,
 	       kvfs_fmt_file_size(&g, KVFS_KIND_KV, 16) / 16.0 / 1024);
 	snprintf(label, sizeof(label), "[10] stored/token %s (hid/KV)", name);
-	summary(summ, label, h, kv, "KiB");
+	bench_summary(summ, label, h, kv, "KiB", "-");
 }
 
 /* [10] for store_as = auto: bytes per token of the 7B-like model split as
@@ -588,8 +553,8 @@ static void fig_split(uint32_t kv_from, const char *summ)
 	       "this machine's SSD plan (%u hidden + %u KV layers): %.0f KiB "
 	       "against %.0f KiB as KV\n", kv_from, FULL_LAYERS - kv_from, sp,
 	       kv);
-	summary(summ, "[10] stored/token 7B-like auto split (split/KV)", sp,
-		kv, "KiB");
+	bench_summary(summ, "[10] stored/token 7B-like auto split (split/KV)", sp,
+		kv, "KiB", "-");
 }
 
 int main(int argc, char **argv)

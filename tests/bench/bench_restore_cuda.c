@@ -26,6 +26,7 @@
 
 #include "gpu/restore.h"
 #include "gpu/restore_cuda.h"
+#include "bench_i.h"
 
 #ifndef KVFS_HAVE_CUDA
 
@@ -52,19 +53,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-	qsort(t, (size_t)n, sizeof(*t), cmp_double);
-	return t[n / 2];
 }
 
 static uint64_t rng = 42;
@@ -179,8 +167,8 @@ static void bench_mode(const struct kvfs_restore_model *m,
 		if (kvfs_restore_cuda_profile(rc, n, KVFS_DTYPE_BF16, &p))
 			exit(1);
 		{
-			double r = median(tr, RUNS), pg = median(tp, RUNS);
-			double k = median(tk, RUNS);
+			double r = bench_median(tr, RUNS), pg = bench_median(tp, RUNS);
+			double k = bench_median(tk, RUNS);
 
 			printf("%7u %12.3f %12.3f %12.3f %10.3f %10.3f %12.2f "
 			       "%10.2fx\n", n, r * 1e3, pg * 1e3, p.gemm * 1e3,
