@@ -1367,6 +1367,13 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		ST("bytes_written", atomic_load(&t->st.bytes_written));
 		ST("io_reads", atomic_load(&t->st.reads));
 		ST("io_writes", atomic_load(&t->st.writes));
+		if (i == KVFS_TIER_GPU) {
+			/* Uploads straight from pinned DRAM, and through the
+			 * staging buffers.
+			 */
+			ST("direct_bytes", atomic_load(&t->st.direct_bytes));
+			ST("staged_bytes", atomic_load(&t->st.staged_bytes));
+		}
 #undef ST
 	}
 	pthread_mutex_lock(&c->wb_lock);

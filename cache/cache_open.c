@@ -576,6 +576,50 @@ static int open_gpu(struct kvfs_cache *c)
 	return 0;
 }
 
+/* [tier.dram] pinned, resolved: whether the DRAM tier is one arena that
+ * the device tier registers.
+ */
+static bool dram_wants_pinning(const struct kvfs_conf *conf)
+{
+	return conf->dram_pinned == KVFS_CONF_PINNED_YES ||
+	       (conf->dram_pinned == KVFS_CONF_PINNED_AUTO &&
+		conf->gpu_backend == KVFS_CONF_GPU_CUDA);
+}
+
+/*
+ * Register the DRAM arena with the device tier, so uploads DMA from the
+ * blocks themselves. Asked for explicitly, a failure refuses the start;
+ * under auto the daemon runs on with staged copies, saying so. The
+ * device tier unregisters it when it is freed, which kvfs_cache_free()
+ * does before it frees the DRAM tier (tiers go in id order, GPU first).
+ */
+static int pin_dram(struct kvfs_cache *c)
+{
+	void *base;
+	uint64_t len;
+	char sz[32];
+	int rc;
+
+	if (!c->gops ||
+	    kvfs_tier_dram_region(c->tier[KVFS_TIER_DRAM], &base, &len))
+		return 0;
+	rc = c->gops->host_register(c->tier[KVFS_TIER_GPU], base, len);
+	if (!rc)
+		return 0;
+	kvfs_util_fmt_size(len, sz, sizeof(sz));
+	if (c->conf.dram_pinned == KVFS_CONF_PINNED_YES) {
+		kvfs_err("[tier.dram] pinned = yes, but the %s DRAM tier "
+			 "cannot be pinned (%s): refusing to start (raise "
+			 "RLIMIT_MEMLOCK or lower the capacity, or set "
+			 "pinned = auto or no)", sz, strerror(-rc));
+		return rc;
+	}
+	kvfs_warn("[tier.dram] pinned = auto: the %s DRAM tier cannot be "
+		  "pinned (%s); uploads to the device go through staging "
+		  "buffers", sz, strerror(-rc));
+	return 0;
+}
+
 void kvfs_bg_begin(struct kvfs_cache *c)
 {
 	pthread_mutex_lock(&c->bg_lock);
@@ -632,7 +676,10 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 	rc = setup_namespaces(c);
 	if (rc)
 		goto out_free;
-	rc = kvfs_tier_dram_init(conf->dram_capacity, &c->tier[KVFS_TIER_DRAM]);
+	rc = kvfs_tier_dram_init_flags(conf->dram_capacity,
+				       dram_wants_pinning(conf) ?
+				       KVFS_DRAM_ARENA : 0,
+				       &c->tier[KVFS_TIER_DRAM]);
 	if (rc)
 		goto out_free;
 	rc = kvfs_tier_ssd_init(c->store->data_path, c->store->sb.data_off,
@@ -646,6 +693,9 @@ int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
 		goto out_free;
 	}
 	rc = open_gpu(c);
+	if (rc)
+		goto out_free;
+	rc = pin_dram(c);
 	if (rc)
 		goto out_free;
 	rc = kvfs_rpool_start(c);

@@ -7,7 +7,9 @@
  * blocks, policies or metadata: the cache decides what goes where.
  *
  * Backends:
- *   dram  malloc'd, 4096-aligned buffers; map() gives a direct pointer.
+ *   dram  malloc'd, 4096-aligned buffers, or (KVFS_DRAM_ARENA) extents of
+ *         one region reserved up front, which a device tier can pin once;
+ *         map() gives a direct pointer either way.
  *   ssd   extents of a preallocated data file, read and written with
  *         io_uring and O_DIRECT; or, for unit tests, the same allocator
  *         over an in-memory "device" (KVFS_SSD_MEMORY).
@@ -72,6 +74,12 @@ struct kvfs_tier_stats {
 	atomic_uint_least64_t bytes_read, bytes_written;
 	atomic_uint_least64_t reads, writes; /* I/O operations issued */
 	atomic_uint_least64_t blocks;        /* maintained by the cache */
+	/* Device tiers only (0 elsewhere): host<->device bytes copied
+	 * straight from or to registered host memory, and bytes that went
+	 * through a staging buffer. Counted on success, by every copy that
+	 * has a host side (read/readv/write, upload, peer_read/peer_write).
+	 */
+	atomic_uint_least64_t direct_bytes, staged_bytes;
 };
 
 struct kvfs_tier;
@@ -155,8 +163,38 @@ void kvfs_tier_pool_free(struct kvfs_tier *t, struct kvfs_tier_pool *p,
 int kvfs_tier_pool_claim(struct kvfs_tier *t, struct kvfs_tier_pool *p,
 			 const struct kvfs_extent *e);
 
-/* DRAM tier of @capacity bytes. 0 or -ENOMEM. */
+/* DRAM tier of @capacity bytes, heap mode. 0 or -ENOMEM. */
 int kvfs_tier_dram_init(uint64_t capacity, struct kvfs_tier **out);
+
+enum kvfs_dram_flags {
+	/*
+	 * Reserve the whole capacity (rounded down to 4096) as one
+	 * anonymous mapping up front and carve extents from it, instead of
+	 * a heap buffer per extent: one region a device tier can register
+	 * once (gpu.h host_register) so uploads DMA from the blocks
+	 * themselves. Extents are 4096-aligned; alloc can fail with
+	 * -ENOSPC for fragmentation while used + len <= capacity (the
+	 * cache's eviction loop then frees more). Memory touched once
+	 * stays resident until the tier is freed.
+	 */
+	KVFS_DRAM_ARENA = 1 << 0,
+};
+
+/*
+ * kvfs_tier_dram_init_flags() - the DRAM tier with enum kvfs_dram_flags.
+ * Returns 0; -EINVAL (unknown flags, or an arena under 4096 bytes);
+ * -ENOMEM (the arena could not be mapped: logged).
+ */
+int kvfs_tier_dram_init_flags(uint64_t capacity, unsigned flags,
+			      struct kvfs_tier **out);
+
+/*
+ * kvfs_tier_dram_region() - the arena of a KVFS_DRAM_ARENA tier: its
+ * first byte and length (== capacity), fixed for the tier's life.
+ * 0, or -EINVAL for a heap-mode tier or a tier that is not DRAM (*@base
+ * NULL, *@len 0). Lock-free.
+ */
+int kvfs_tier_dram_region(struct kvfs_tier *t, void **base, uint64_t *len);
 
 enum kvfs_ssd_flags {
 	/* Back the tier by anonymous memory instead of @path (unit tests). */

@@ -1,14 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * DRAM tier: every extent is its own 4096-aligned heap buffer, so map()
- * hands out a stable pointer and reads of resident blocks take no lock at
- * all.  Capacity is accounted with a compare-and-swap on base.used.
+ * DRAM tier, in one of two modes.  Either way an extent's buffer never
+ * moves, so map() hands out a stable pointer and reads of resident blocks
+ * take no lock at all.
+ *
+ * heap   (default) every extent is its own 4096-aligned heap buffer;
+ *        capacity is accounted with a compare-and-swap on base.used, so a
+ *        request fails only when the bytes are not there.
+ * arena  (KVFS_DRAM_ARENA) one anonymous mapping of the whole capacity,
+ *        made at init, and extents carved from it by the extent allocator
+ *        (first fit, 4096-byte units).  A device tier pins the mapping
+ *        once (cudaHostRegister), after which uploads from any block are
+ *        DMA from the block itself; pinning a heap buffer per extent
+ *        would cost a driver call per block.  The price is fragmentation:
+ *        alloc can fail with -ENOSPC while enough bytes are free in
+ *        pieces.  The cache's eviction loop (kvfs_dram_reserve) keeps
+ *        evicting victims until a hole is large enough or nothing is
+ *        evictable, the same loop the device pool's allocator relies on.
+ *        Pages are not handed back on free (pinned pages cannot be), so
+ *        the resident size is the high-water mark.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache/tier.h"
 #include "cache/tier_i.h"
@@ -19,12 +36,55 @@
 
 struct kvfs_tier_dram {
 	struct kvfs_tier base;
+	/* arena mode: the mapping (immutable; NULL in heap mode) */
+	unsigned char *arena;
+	/* arena mode: pool.lock guards pool.map, the free ranges of the
+	 * arena; alloc and free take it, nothing on the read path does.
+	 */
+	struct kvfs_tier_pool pool;
 };
+
+static struct kvfs_tier_dram *to_dram(struct kvfs_tier *t)
+{
+	return (struct kvfs_tier_dram *)t;
+}
+
+static int arena_alloc(struct kvfs_tier *t, uint64_t len,
+		       struct kvfs_extent *e)
+{
+	struct kvfs_tier_dram *d = to_dram(t);
+	int err = kvfs_tier_pool_alloc(t, &d->pool, "dram", len, e);
+
+	if (err)
+		return err;
+	e->ptr = d->arena + e->off;
+	return 0;
+}
+
+static void arena_free(struct kvfs_tier *t, const struct kvfs_extent *e)
+{
+	struct kvfs_tier_dram *d = to_dram(t);
+
+	/* The pointer and the offset must agree, or the extent is not one
+	 * this arena handed out (and freeing its offset would free another
+	 * block's bytes).
+	 */
+	if (!e->ptr || e->off > t->capacity ||
+	    (unsigned char *)e->ptr != d->arena + e->off) {
+		kvfs_err("dram: free of an extent (off %" PRIu64 ") that is "
+			 "not in the arena", e->off);
+		return;
+	}
+	kvfs_tier_pool_free(t, &d->pool, e);
+}
 
 static int dram_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 {
 	void *p;
 	int err;
+
+	if (to_dram(t)->arena)
+		return arena_alloc(t, len, e);
 
 	if (!len) {
 		kvfs_err("dram: allocation of 0 bytes");
@@ -48,6 +108,10 @@ static int dram_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 
 static void dram_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
+	if (to_dram(t)->arena) {
+		arena_free(t, e);
+		return;
+	}
 	if (!e->ptr) {
 		kvfs_err("dram: free of an extent with no buffer");
 		return;
@@ -125,7 +189,13 @@ static void *dram_map(struct kvfs_tier *t, const struct kvfs_extent *e)
 
 static void dram_release(struct kvfs_tier *t)
 {
-	free((struct kvfs_tier_dram *)t);
+	struct kvfs_tier_dram *d = to_dram(t);
+
+	if (d->arena) {
+		kvfs_tier_pool_release(&d->pool);
+		munmap(d->arena, (size_t)t->capacity);
+	}
+	free(d);
 }
 
 static const struct kvfs_tier_ops dram_ops = {
@@ -141,16 +211,90 @@ static const struct kvfs_tier_ops dram_ops = {
 	.release = dram_release,
 };
 
-int kvfs_tier_dram_init(uint64_t capacity, struct kvfs_tier **out)
+/* Map and set up the arena of @d, @capacity bytes (a multiple of 4096). */
+static int arena_init(struct kvfs_tier_dram *d, uint64_t capacity)
 {
-	struct kvfs_tier_dram *d = calloc(1, sizeof(*d));
+	void *p;
+	int err;
 
+	if (capacity > SIZE_MAX) {
+		kvfs_err("dram: an arena of %" PRIu64 " bytes does not fit "
+			 "the address space", capacity);
+		return -ENOMEM;
+	}
+	/* NORESERVE: like heap buffers, pages are committed when first
+	 * touched (or when a device tier pins them), not at start.
+	 */
+	p = mmap(NULL, (size_t)capacity, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		err = -errno;
+		kvfs_err("dram: cannot map an arena of %" PRIu64 " bytes: %s",
+			 capacity, strerror(-err));
+		return -ENOMEM;
+	}
+	err = kvfs_tier_pool_init(&d->pool, 0, capacity, DRAM_ALIGN);
+	if (err) {
+		munmap(p, (size_t)capacity);
+		return err;
+	}
+	/* Fewer TLB misses, and fewer pages for the driver to pin; only a
+	 * hint, so a kernel without transparent huge pages is fine.
+	 */
+	(void)madvise(p, (size_t)capacity, MADV_HUGEPAGE);
+	d->arena = p;
+	return 0;
+}
+
+int kvfs_tier_dram_init_flags(uint64_t capacity, unsigned flags,
+			      struct kvfs_tier **out)
+{
+	struct kvfs_tier_dram *d;
+	int err;
+
+	if (flags & ~(unsigned)KVFS_DRAM_ARENA) {
+		kvfs_err("dram: unknown flags %#x", flags);
+		return -EINVAL;
+	}
+	if (flags & KVFS_DRAM_ARENA) {
+		/* An arena is whole units: a remainder could never be used. */
+		capacity -= capacity % DRAM_ALIGN;
+		if (!capacity) {
+			kvfs_err("dram: an arena needs at least %u bytes",
+				 DRAM_ALIGN);
+			return -EINVAL;
+		}
+	}
+	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
+	if (flags & KVFS_DRAM_ARENA) {
+		err = arena_init(d, capacity);
+		if (err) {
+			free(d);
+			return err;
+		}
+	}
 	d->base.ops = &dram_ops;
 	d->base.id = KVFS_TIER_DRAM;
 	d->base.capacity = capacity;
 	d->base.align = DRAM_ALIGN;
 	*out = &d->base;
+	return 0;
+}
+
+int kvfs_tier_dram_init(uint64_t capacity, struct kvfs_tier **out)
+{
+	return kvfs_tier_dram_init_flags(capacity, 0, out);
+}
+
+int kvfs_tier_dram_region(struct kvfs_tier *t, void **base, uint64_t *len)
+{
+	*base = NULL;
+	*len = 0;
+	if (!t || t->ops != &dram_ops || !to_dram(t)->arena)
+		return -EINVAL;
+	*base = to_dram(t)->arena;
+	*len = t->capacity;
 	return 0;
 }

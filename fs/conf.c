@@ -20,7 +20,9 @@
  *   [daemon]     threads 1..1024, log_level err|warn|info|debug,
  *                log_file (string), flush_ms 1..3600000,
  *                meta_mapsize 1M..16T
- *   [tier.dram]  capacity 4K..16T
+ *   [tier.dram]  capacity 4K..16T, pinned auto|yes|no (default auto;
+ *                yes needs [tier.gpu] backend = cuda, checked once the
+ *                whole file is read since the sections come in any order)
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
  *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
  *                lease_ms 1..86400000, restore auto|gpu|cpu (default
@@ -93,6 +95,7 @@ struct conf_state {
 	unsigned key_line[64];   /* where key i of sec->keys was set */
 	unsigned sections_seen;  /* bit i: sections[i] appeared */
 	struct kvfs_conf_ns *ns; /* the namespace being filled */
+	unsigned pinned_line;    /* where [tier.dram] pinned was set, or 0 */
 	/* the first error */
 	bool failed;
 	unsigned err_line;
@@ -316,8 +319,30 @@ static const struct conf_key daemon_keys[] = {
 	{ NULL },
 };
 
+static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field)
+{
+	int v;
+
+	if (!strcmp(val, "auto"))
+		v = KVFS_CONF_PINNED_AUTO;
+	else if (!strcmp(val, "yes"))
+		v = KVFS_CONF_PINNED_YES;
+	else if (!strcmp(val, "no"))
+		v = KVFS_CONF_PINNED_NO;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected auto, yes or no", k->name,
+			    val);
+	st->pinned_line = st->lineno;
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 static const struct conf_key dram_keys[] = {
 	SIZE("capacity", struct kvfs_conf, dram_capacity, 4096, 16ull << 40),
+	{ "pinned", set_dram_pinned, offsetof(struct kvfs_conf, dram_pinned),
+	  0, 0, 0, false },
 	{ NULL },
 };
 
@@ -864,6 +889,20 @@ void kvfs_conf_defaults(struct kvfs_conf *c)
 	strcpy(c->policy, "lru");
 }
 
+/* Checks that need more than one section, once every section is read. */
+static int conf_end(struct conf_state *st)
+{
+	const struct kvfs_conf *c = st->c;
+
+	/* Only a CUDA device pins host memory: shm copies with memcpy. */
+	if (c->dram_pinned == KVFS_CONF_PINNED_YES &&
+	    c->gpu_backend != KVFS_CONF_GPU_CUDA)
+		return fail(st, st->pinned_line,
+			    "[tier.dram]: pinned = yes needs [tier.gpu] "
+			    "backend = cuda (use auto or no)");
+	return 0;
+}
+
 /* Runs the parse for either input; starts from the defaults. */
 static int conf_run(struct conf_state *st)
 {
@@ -877,8 +916,8 @@ static int conf_run(struct conf_state *st)
 			     "syntax error: expected [section] or key = value");
 		else if (line < 0)
 			fail(st, st->lineno, "cannot parse (error %d)", line);
-		else
-			section_end(st);
+		else if (!section_end(st))
+			conf_end(st);
 	} else if (line > 0 && (unsigned)line < st->err_line) {
 		/* inih's syntax error came before our own */
 		st->err_line = (unsigned)line;

@@ -66,6 +66,16 @@ enum kvfs_conf_gpu {
 	KVFS_CONF_GPU_CUDA = 2,
 };
 
+/* [tier.dram] pinned: whether the DRAM tier is one pinned arena that the
+ * device tier copies from directly (docs/config.md).
+ */
+enum kvfs_conf_pinned {
+	KVFS_CONF_PINNED_AUTO = 0, /* yes with backend = cuda, else no;
+				    * pinning failure is a warning */
+	KVFS_CONF_PINNED_YES = 1,  /* pinned, or refuse to start (cuda only) */
+	KVFS_CONF_PINNED_NO = 2,   /* a heap buffer per block, staged copies */
+};
+
 /* [tier.gpu] restore: how a block stored as hidden states is rebuilt when
  * it is loaded into the device pool (docs/hcache.md).
  */
@@ -85,6 +95,7 @@ struct kvfs_conf {
 	uint64_t meta_mapsize;     /* LMDB map size (default 1G) */
 	/* [tier.dram] */
 	uint64_t dram_capacity;    /* bytes (default 256M) */
+	int dram_pinned;           /* enum kvfs_conf_pinned (auto) */
 	/* [tier.ssd] */
 	unsigned ssd_rings;        /* io_uring instances (default 4) */
 	unsigned writeback_batch;  /* blocks per write-back batch (default 64) */

@@ -10,10 +10,11 @@
  *         without a GPU (and in CI); clients map it read-only. Peers are
  *         the clients' own shm objects.
  *   cuda  cudaMalloc'd pool on one device, exported once with
- *         cudaIpcGetMemHandle; host<->device copies go through pinned
- *         staging buffers, asynchronously on dedicated streams, many
- *         blocks batched into few copies. Peers are IPC handles of the
- *         client's device memory. Built only when the CUDA toolkit is
+ *         cudaIpcGetMemHandle; host<->device copies go asynchronously on
+ *         dedicated streams, many blocks batched into few copies: straight
+ *         from or to host memory registered with host_register (the DRAM
+ *         tier's pinned arena), through pinned staging buffers
+ *         otherwise. Peers are IPC handles of the client's device memory. Built only when the CUDA toolkit is
  *         present (KVFS_HAVE_CUDA); linked statically against cudart so
  *         the binaries still run where no driver is installed.
  *
@@ -33,7 +34,9 @@
  * naming the transfer) and nothing moves. A transfer of length 0 is a
  * no-op. Counters in base.st: each transfer of peer_write counts one op in
  * st.reads and its bytes in st.bytes_read (data served to a client); each
- * of peer_read and upload one op in st.writes and st.bytes_written. CUDA
+ * of peer_read and upload one op in st.writes and st.bytes_written; every
+ * host-side byte moved also counts in st.direct_bytes or st.staged_bytes
+ * (cuda; shm copies with memcpy and counts neither). CUDA
  * failures are -EIO (-ENOMEM when device or pinned memory runs out), with
  * a log line naming the call.
  */
@@ -114,6 +117,32 @@ struct kvfs_gpu_ops {
 	 */
 	int (*extent_addr)(struct kvfs_tier *t, const struct kvfs_extent *e,
 			   void **addr);
+	/*
+	 * Register [@ptr, @ptr + @len) of host memory with the device, once,
+	 * so that a transfer whose host range lies wholly inside it (upload,
+	 * read/readv/write, peer_write/peer_read host sides) is copied
+	 * straight from or to it instead of through a staging buffer;
+	 * transfers elsewhere are staged as before, and every call still
+	 * completes its copies before it returns. cuda: cudaHostRegister
+	 * with cudaHostRegisterPortable, logged with the size and the time
+	 * it took (pinning touches every page); at most a few regions per
+	 * tier. shm: nothing to do (0 after the argument checks).
+	 * The memory must stay mapped until host_unregister, or until the
+	 * tier is freed, which unregisters what is left (free the device
+	 * tier before the memory's owner).
+	 * Returns 0; -EINVAL (logged) for NULL, @len 0, a range that
+	 * overlaps a registered one, or no room for another region; -ENOMEM
+	 * when the driver cannot pin the pages (RLIMIT_MEMLOCK, a lack of
+	 * memory) and -EIO for other CUDA failures, logged with the CUDA
+	 * error. Locking: waits for copies in flight on this tier.
+	 */
+	int (*host_register)(struct kvfs_tier *t, void *ptr, uint64_t len);
+	/*
+	 * Undo host_register of the region starting at @ptr, after the
+	 * copies in flight on this tier. 0; -ENOENT (logged) when @ptr does
+	 * not start a registered region (cuda); shm: always 0.
+	 */
+	int (*host_unregister)(struct kvfs_tier *t, void *ptr);
 };
 
 /* A device tier is a kvfs_tier whose ops table is embedded here. */

@@ -4,14 +4,25 @@
  * with cudaIpcGetMemHandle, and copies driven through the CUDA runtime
  * API only (no kernels).
  *
- * Host memory handed to the tier is ordinary pageable memory, which the
- * copy engines cannot read directly at full speed, so every host<->device
- * copy goes through pinned staging buffers.  Each stream owns a small
+ * Host memory handed to the tier is, in general, ordinary pageable
+ * memory, which the copy engines cannot read directly at full speed, so
+ * such copies go through pinned staging buffers.  Each stream owns a small
  * ring of them: while chunk i is in flight, the calling thread packs chunk
  * i + 1 into the next buffer (host -> device) or unpacks a finished chunk
  * (device -> host).  A chunk packs as many transfers as fit, and transfers
  * whose device ranges touch become one cudaMemcpyAsync, so a batch of many
  * blocks is a few large copies and one synchronisation.
+ *
+ * The packing memcpy is one CPU thread's bandwidth, well under what a
+ * PCIe Gen5 copy engine moves.  So host memory can be registered once
+ * (host_register: the DRAM tier's arena, pinned with cudaHostRegister):
+ * a transfer whose host range lies inside a registered region is issued
+ * as a cudaMemcpyAsync on the block's own bytes ("direct"), transfers
+ * that continue each other in both device and host memory merging into
+ * one copy; the rest of the batch is staged as before.  Both kinds go on
+ * the same stream in the batch's order, so the one synchronisation at
+ * the end still covers everything, and a caller may reuse its buffers as
+ * soon as the call returns, exactly as with staging alone.
  *
  * Streams are independent: a caller takes any free one (trying them from
  * its own starting point, like the SSD tier's rings) and holds it for the
@@ -56,11 +67,13 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 #include "cache/tier.h"
 #include "cache/tier_i.h"
 #include "gpu/gpu_i.h"
+#include "meta/util.h"
 
 #define CUDA_STREAMS 4u
 #define CUDA_SLOTS 4u                 /* staging buffers per stream */
 #define CUDA_SLOT_BYTES (4ull << 20)  /* bytes per staging buffer */
 #define CUDA_IPC_CACHE 16u            /* opened handles kept unused */
+#define CUDA_REGIONS 8u               /* registered host regions */
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 	       sizeof(((struct kvfs_ctl_mem *)0)->ipc), "IPC handle size");
@@ -99,6 +112,12 @@ struct cuda_ipc {
 	struct cuda_ipc *next;
 };
 
+/* Host memory registered with host_register. */
+struct cuda_region {
+	unsigned char *base;
+	uint64_t len;
+};
+
 struct cuda_tier {
 	struct kvfs_gpu_tier g;
 	int device;                  /* immutable */
@@ -109,6 +128,16 @@ struct cuda_tier {
 	unsigned nstreams;           /* streams set up; immutable after init */
 	struct cuda_stream streams[CUDA_STREAMS];
 	bool live;                   /* counted in cuda_tiers */
+	/*
+	 * reg_lock guards regs and nregs. A batch holds it for reading from
+	 * the moment it decides which transfers go direct until its copies
+	 * are complete, so a region is never unregistered under a copy;
+	 * host_register/unregister take it for writing. Taken before a
+	 * stream's lock, never after.
+	 */
+	pthread_rwlock_t reg_lock;
+	struct cuda_region regs[CUDA_REGIONS];
+	unsigned nregs;
 };
 
 /* The process's opened IPC handles. */
@@ -123,6 +152,10 @@ struct cuda_job {
 	unsigned char *dev;
 	unsigned char *host;
 	uint64_t len;
+	/* set by cuda_classify(): the registered region holding the host
+	 * range, or -1 to stage it
+	 */
+	int reg;
 };
 
 static _Thread_local unsigned cuda_hint;
@@ -199,13 +232,15 @@ static int cuda_copy(struct cuda_stream *s, void *dst, const void *src,
 }
 
 /*
- * Copies in the making: a device range and the staging bytes that match
- * it. Pieces that continue both become one copy.
+ * Copies in the making: a device range and the host bytes that match it
+ * (a staging buffer's, or a registered region's). Pieces that continue
+ * both, within one host allocation, become one copy.
  */
 struct cuda_span {
 	unsigned char *dev, *buf;
 	uint64_t len;
 	enum cudaMemcpyKind kind;
+	int reg; /* the region of buf, or -1 for a staging buffer */
 };
 
 static int cuda_span_flush(struct cuda_stream *s, struct cuda_span *sp)
@@ -221,11 +256,13 @@ static int cuda_span_flush(struct cuda_stream *s, struct cuda_span *sp)
 }
 
 static int cuda_span_add(struct cuda_stream *s, struct cuda_span *sp,
-			 unsigned char *dev, unsigned char *buf, uint64_t len)
+			 unsigned char *dev, unsigned char *buf, uint64_t len,
+			 int reg)
 {
 	int err;
 
-	if (sp->len && sp->dev + sp->len == dev && sp->buf + sp->len == buf) {
+	if (sp->len && sp->reg == reg && sp->dev + sp->len == dev &&
+	    sp->buf + sp->len == buf) {
 		sp->len += len;
 		return 0;
 	}
@@ -233,7 +270,59 @@ static int cuda_span_add(struct cuda_stream *s, struct cuda_span *sp,
 	sp->dev = dev;
 	sp->buf = buf;
 	sp->len = len;
+	sp->reg = reg;
 	return err;
+}
+
+/* Drop region @r; with reg_lock held for writing, or from teardown. */
+static int cuda_region_drop(struct cuda_tier *ct, unsigned r)
+{
+	int err = CUDA_TRY(cudaHostUnregister(ct->regs[r].base));
+
+	ct->regs[r] = ct->regs[--ct->nregs];
+	return err;
+}
+
+/* Issue what @sl holds and mark it in flight (when it holds anything). */
+static int cuda_slot_close(struct cuda_stream *s, struct cuda_slot *sl,
+			   struct cuda_span *sp)
+{
+	int err = cuda_span_flush(s, sp);
+
+	if (!err && sl->fill) {
+		err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
+		sl->busy = !err;
+	}
+	return err;
+}
+
+/*
+ * Mark each job direct (its host range inside a registered region) or
+ * staged, and add up the bytes of each kind. Called with reg_lock held
+ * for reading, which the caller keeps until the jobs' copies are done.
+ */
+static void cuda_classify(struct cuda_tier *ct, struct cuda_job *j, size_t n,
+			  uint64_t *direct, uint64_t *staged)
+{
+	*direct = *staged = 0;
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t h = (uintptr_t)j[i].host;
+
+		j[i].reg = -1;
+		for (unsigned r = 0; r < ct->nregs && j[i].len; r++) {
+			uintptr_t b = (uintptr_t)ct->regs[r].base;
+			uint64_t rl = ct->regs[r].len;
+
+			if (h >= b && h - b <= rl && j[i].len <= rl - (h - b)) {
+				j[i].reg = (int)r;
+				break;
+			}
+		}
+		if (j[i].reg >= 0)
+			*direct += j[i].len;
+		else
+			*staged += j[i].len;
+	}
 }
 
 /* Take the next slot of the ring once its last copies are complete. */
@@ -252,47 +341,68 @@ static struct cuda_slot *cuda_slot_next(struct cuda_stream *s, int *err)
 }
 
 /*
- * Host -> device for @n jobs on @s, which the caller holds: pack a slot,
- * issue its copies, pack the next one while they run. Complete on return,
+ * Host -> device for @n jobs on @s, which the caller holds, in job order:
+ * a direct job is one copy from its own bytes (merged with the next when
+ * they continue each other); staged jobs are packed into a slot, whose
+ * copies are issued while the next slot is packed. Complete on return,
  * also on error.
  */
 static int cuda_h2d(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 {
+	struct cuda_span dsp = { .kind = cudaMemcpyHostToDevice };
+	struct cuda_span sp = { .kind = cudaMemcpyHostToDevice };
+	struct cuda_slot *sl = NULL;
 	size_t i = 0;
 	uint64_t o = 0;
 	int err = 0, fin;
 
 	while (i < n && !err) {
-		struct cuda_slot *sl = cuda_slot_next(s, &err);
-		struct cuda_span sp = { .kind = cudaMemcpyHostToDevice };
-		uint64_t fill = 0;
+		uint64_t k;
 
-		if (!sl)
-			break;
-		while (i < n && fill < CUDA_SLOT_BYTES && !err) {
-			uint64_t k = j[i].len - o;
-
-			if (k > CUDA_SLOT_BYTES - fill)
-				k = CUDA_SLOT_BYTES - fill;
-			if (k) {
-				memcpy(sl->buf + fill, j[i].host + o, k);
-				err = cuda_span_add(s, &sp, j[i].dev + o,
-						    sl->buf + fill, k);
-				fill += k;
-				o += k;
-			}
-			if (o == j[i].len) {
-				i++;
-				o = 0;
-			}
-		}
-		if (!err)
+		if (j[i].reg >= 0) {
+			/* What is packed so far is issued first. */
 			err = cuda_span_flush(s, &sp);
-		if (!err && fill) {
-			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
-			sl->busy = !err;
+			if (!err)
+				err = cuda_span_add(s, &dsp, j[i].dev,
+						    j[i].host, j[i].len,
+						    j[i].reg);
+			i++;
+			continue;
+		}
+		/* Issued before a wait for a slot, so the copy engine has
+		 * the direct copies to work on meanwhile.
+		 */
+		err = cuda_span_flush(s, &dsp);
+		if (!err && !sl) {
+			sl = cuda_slot_next(s, &err);
+			if (sl)
+				sl->fill = 0;
+		}
+		if (err || !sl)
+			break;
+		k = j[i].len - o;
+		if (k > CUDA_SLOT_BYTES - sl->fill)
+			k = CUDA_SLOT_BYTES - sl->fill;
+		if (k) {
+			memcpy(sl->buf + sl->fill, j[i].host + o, k);
+			err = cuda_span_add(s, &sp, j[i].dev + o,
+					    sl->buf + sl->fill, k, -1);
+			sl->fill += k;
+			o += k;
+		}
+		if (o == j[i].len) {
+			i++;
+			o = 0;
+		}
+		if (!err && sl->fill == CUDA_SLOT_BYTES) {
+			err = cuda_slot_close(s, sl, &sp);
+			sl = NULL;
 		}
 	}
+	if (!err)
+		err = cuda_span_flush(s, &dsp);
+	if (!err && sl)
+		err = cuda_slot_close(s, sl, &sp);
 	fin = cuda_stream_finish(s);
 	return err ? err : fin;
 }
@@ -310,6 +420,11 @@ static int cuda_unpack(struct cuda_slot *sl, const struct cuda_job *j)
 	while (left) {
 		uint64_t k = j[i].len - o;
 
+		if (j[i].reg >= 0) {
+			/* copied straight into place */
+			i++;
+			continue;
+		}
 		if (k > left)
 			k = left;
 		memcpy(j[i].host + o, sl->buf + pos, k);
@@ -325,73 +440,108 @@ static int cuda_unpack(struct cuda_slot *sl, const struct cuda_job *j)
 }
 
 /*
- * Device -> host for @n jobs on @s: fill slots around the ring, and unpack
- * a slot when the ring comes back to it, so that up to CUDA_SLOTS - 1
+ * Device -> host for @n jobs on @s, in job order: a direct job is one copy
+ * into its own bytes; staged jobs fill slots around the ring, and a slot
+ * is unpacked when the ring comes back to it, so that up to CUDA_SLOTS - 1
  * chunks stay in flight while the CPU unpacks.
  */
 static int cuda_d2h(struct cuda_stream *s, const struct cuda_job *j, size_t n)
 {
+	struct cuda_span dsp = { .kind = cudaMemcpyDeviceToHost };
+	struct cuda_span sp = { .kind = cudaMemcpyDeviceToHost };
+	struct cuda_slot *sl = NULL;
 	size_t i = 0;
 	uint64_t o = 0;
 	int err = 0, fin;
 
 	while (i < n && !err) {
-		struct cuda_slot *sl = &s->slot[s->next];
-		struct cuda_span sp = { .kind = cudaMemcpyDeviceToHost };
-		uint64_t fill = 0;
+		uint64_t k;
 
-		if (sl->busy && (err = cuda_unpack(sl, j)))
-			break;
-		s->next = (s->next + 1) % CUDA_SLOTS;
-		sl->from_i = i;
-		sl->from_o = o;
-		while (i < n && fill < CUDA_SLOT_BYTES && !err) {
-			uint64_t k = j[i].len - o;
-
-			if (k > CUDA_SLOT_BYTES - fill)
-				k = CUDA_SLOT_BYTES - fill;
-			if (k) {
-				err = cuda_span_add(s, &sp, j[i].dev + o,
-						    sl->buf + fill, k);
-				fill += k;
-				o += k;
-			}
-			if (o == j[i].len) {
-				i++;
-				o = 0;
-			}
-		}
-		if (!err)
+		if (j[i].reg >= 0) {
 			err = cuda_span_flush(s, &sp);
-		sl->fill = fill;
-		if (!err && fill) {
-			err = CUDA_TRY(cudaEventRecord(sl->done, s->st));
-			sl->busy = !err;
+			if (!err)
+				err = cuda_span_add(s, &dsp, j[i].dev,
+						    j[i].host, j[i].len,
+						    j[i].reg);
+			i++;
+			continue;
+		}
+		err = cuda_span_flush(s, &dsp);
+		if (!err && !sl) {
+			sl = &s->slot[s->next];
+			if (sl->busy && (err = cuda_unpack(sl, j)))
+				break;
+			s->next = (s->next + 1) % CUDA_SLOTS;
+			sl->from_i = i;
+			sl->from_o = o;
+			sl->fill = 0;
+		}
+		if (err)
+			break;
+		k = j[i].len - o;
+		if (k > CUDA_SLOT_BYTES - sl->fill)
+			k = CUDA_SLOT_BYTES - sl->fill;
+		if (k) {
+			err = cuda_span_add(s, &sp, j[i].dev + o,
+					    sl->buf + sl->fill, k, -1);
+			sl->fill += k;
+			o += k;
+		}
+		if (o == j[i].len) {
+			i++;
+			o = 0;
+		}
+		if (!err && sl->fill == CUDA_SLOT_BYTES) {
+			err = cuda_slot_close(s, sl, &sp);
+			sl = NULL;
 		}
 	}
+	if (!err)
+		err = cuda_span_flush(s, &dsp);
+	if (!err && sl)
+		err = cuda_slot_close(s, sl, &sp);
 	/* Oldest first: the slot after the last one filled. */
 	for (unsigned c = 0; c < CUDA_SLOTS && !err; c++) {
-		struct cuda_slot *sl = &s->slot[(s->next + c) % CUDA_SLOTS];
+		struct cuda_slot *q = &s->slot[(s->next + c) % CUDA_SLOTS];
 
-		if (sl->busy)
-			err = cuda_unpack(sl, j);
+		if (q->busy)
+			err = cuda_unpack(q, j);
 	}
 	fin = cuda_stream_finish(s);
 	return err ? err : fin;
 }
 
-/* Run staged jobs in one direction on a stream of @ct. */
-static int cuda_run(struct cuda_tier *ct, const struct cuda_job *j, size_t n,
+static void cuda_count_host(struct cuda_tier *ct, uint64_t direct,
+			    uint64_t staged)
+{
+	struct kvfs_tier_stats *st = &ct->g.base.st;
+
+	atomic_fetch_add_explicit(&st->direct_bytes, direct,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->staged_bytes, staged,
+				  memory_order_relaxed);
+}
+
+/* Run host jobs in one direction on a stream of @ct: direct where the
+ * host side is registered, staged elsewhere.
+ */
+static int cuda_run(struct cuda_tier *ct, struct cuda_job *j, size_t n,
 		    bool to_device)
 {
 	struct cuda_stream *s;
+	uint64_t direct, staged;
 	int err = cuda_enter(ct);
 
 	if (err)
 		return err;
+	pthread_rwlock_rdlock(&ct->reg_lock);
+	cuda_classify(ct, j, n, &direct, &staged);
 	s = cuda_stream_get(ct);
 	err = to_device ? cuda_h2d(s, j, n) : cuda_d2h(s, j, n);
 	cuda_stream_put(s);
+	pthread_rwlock_unlock(&ct->reg_lock);
+	if (!err)
+		cuda_count_host(ct, direct, staged);
 	return err;
 }
 
@@ -557,6 +707,16 @@ static void cuda_teardown(struct cuda_tier *ct)
 			cudaStreamDestroy(s->st);
 		pthread_mutex_destroy(&s->lock);
 	}
+	/* Every copy is complete: nothing reads the regions any more. */
+	if (ct->nregs) {
+		kvfs_info("cuda: host<->device copies: %" PRIu64 " bytes "
+			  "direct, %" PRIu64 " staged",
+			  (uint64_t)atomic_load(&ct->g.base.st.direct_bytes),
+			  (uint64_t)atomic_load(&ct->g.base.st.staged_bytes));
+	}
+	while (ct->nregs)
+		(void)cuda_region_drop(ct, ct->nregs - 1);
+	pthread_rwlock_destroy(&ct->reg_lock);
 	if (ct->dpool)
 		cudaFree(ct->dpool);
 	(void)cudaGetLastError();
@@ -739,8 +899,8 @@ static void cuda_peer_close(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
 
 /*
  * A peer batch: transfers with a pool side are device-to-device copies
- * issued first; host ones go through the staging ring, whose final
- * synchronisation also covers the former.
+ * issued first; host ones go direct or through the staging ring, whose
+ * final synchronisation also covers the former.
  */
 static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			  const struct kvfs_gpu_xfer *x, size_t n,
@@ -750,6 +910,7 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	struct cuda_tier *ct = to_cuda(t);
 	struct cuda_stream *s;
 	struct cuda_job *j = NULL;
+	uint64_t direct = 0, staged = 0;
 	size_t nj = 0;
 	int err;
 
@@ -765,6 +926,7 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	err = cuda_enter(ct);
 	if (err)
 		goto out_free_jobs;
+	pthread_rwlock_rdlock(&ct->reg_lock);
 	s = cuda_stream_get(ct);
 	for (size_t i = 0; i < n && !err; i++) {
 		unsigned char *peer = p->base + x[i].peer_off, *pool;
@@ -782,12 +944,16 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 		err = cuda_copy(s, to_peer ? peer : pool, to_peer ? pool : peer,
 				x[i].len, cudaMemcpyDeviceToDevice);
 	}
-	if (err)
+	if (err) {
 		(void)cuda_stream_finish(s);
-	else
+	} else {
+		cuda_classify(ct, j, nj, &direct, &staged);
 		err = to_peer ? cuda_h2d(s, j, nj) : cuda_d2h(s, j, nj);
+	}
 	cuda_stream_put(s);
+	pthread_rwlock_unlock(&ct->reg_lock);
 	if (!err) {
+		cuda_count_host(ct, direct, staged);
 		if (to_peer)
 			kvfs_tier_count(&t->st.reads, &t->st.bytes_read, n,
 					kvfs_gpu_xfer_bytes(x, n));
@@ -855,6 +1021,85 @@ static int cuda_extent_addr(struct kvfs_tier *t, const struct kvfs_extent *e,
 	return 0;
 }
 
+static int cuda_host_register(struct kvfs_tier *t, void *ptr, uint64_t len)
+{
+	struct cuda_tier *ct = to_cuda(t);
+	unsigned char *p = ptr;
+	uint64_t t0, dt;
+	cudaError_t e;
+	int err;
+
+	if (!p || !len || len > SIZE_MAX || (uintptr_t)p > UINTPTR_MAX - len) {
+		kvfs_err("cuda: host_register of %" PRIu64 " bytes at %p: "
+			 "empty, NULL or past the address space", len, ptr);
+		return -EINVAL;
+	}
+	err = cuda_enter(ct);
+	if (err)
+		return err;
+	pthread_rwlock_wrlock(&ct->reg_lock);
+	for (unsigned r = 0; r < ct->nregs; r++) {
+		const struct cuda_region *g = &ct->regs[r];
+
+		if (p < g->base + g->len && g->base < p + len) {
+			kvfs_err("cuda: host_register: [%p, +%" PRIu64 ") "
+				 "overlaps a registered region", ptr, len);
+			err = -EINVAL;
+			goto out_unlock;
+		}
+	}
+	if (ct->nregs == CUDA_REGIONS) {
+		kvfs_err("cuda: host_register: %u regions registered "
+			 "already", CUDA_REGIONS);
+		err = -EINVAL;
+		goto out_unlock;
+	}
+	t0 = kvfs_util_now_mono();
+	e = cudaHostRegister(ptr, (size_t)len, cudaHostRegisterPortable);
+	dt = kvfs_util_now_mono() - t0;
+	if (e != cudaSuccess) {
+		kvfs_err("cuda: cudaHostRegister of %.1f MiB: %s (%s): the "
+			 "pages could not be pinned (RLIMIT_MEMLOCK, or not "
+			 "enough memory?)", (double)len / 1048576.0,
+			 cudaGetErrorString(e), cudaGetErrorName(e));
+		(void)cudaGetLastError();
+		err = e == cudaErrorHostMemoryAlreadyRegistered ? -EINVAL :
+		      e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+		goto out_unlock;
+	}
+	ct->regs[ct->nregs].base = p;
+	ct->regs[ct->nregs].len = len;
+	ct->nregs++;
+	kvfs_info("cuda: pinned %.1f MiB of host memory for device %d in "
+		  "%.1f ms: copies from and to it skip the staging buffers",
+		  (double)len / 1048576.0, ct->device, (double)dt / 1e6);
+out_unlock:
+	pthread_rwlock_unlock(&ct->reg_lock);
+	return err;
+}
+
+static int cuda_host_unregister(struct kvfs_tier *t, void *ptr)
+{
+	struct cuda_tier *ct = to_cuda(t);
+	int err = cuda_enter(ct);
+
+	if (err)
+		return err;
+	pthread_rwlock_wrlock(&ct->reg_lock);
+	err = -ENOENT;
+	for (unsigned r = 0; r < ct->nregs; r++) {
+		if (ct->regs[r].base == ptr) {
+			err = cuda_region_drop(ct, r);
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&ct->reg_lock);
+	if (err == -ENOENT)
+		kvfs_err("cuda: host_unregister of %p: no region registered "
+			 "there", ptr);
+	return err;
+}
+
 static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.describe = cuda_describe,
 	.peer_open = cuda_peer_open,
@@ -865,6 +1110,8 @@ static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.peer_read = cuda_peer_read,
 	.upload = cuda_upload,
 	.extent_addr = cuda_extent_addr,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
 };
 
 /* ---- init ---- */
@@ -942,9 +1189,12 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	if (!ct)
 		return -ENOMEM;
 	ct->device = device;
-	err = kvfs_tier_pool_init(&ct->pool, 0, capacity, KVFS_GPU_ALIGN);
+	err = -pthread_rwlock_init(&ct->reg_lock, NULL);
 	if (err)
 		goto out_free;
+	err = kvfs_tier_pool_init(&ct->pool, 0, capacity, KVFS_GPU_ALIGN);
+	if (err)
+		goto out_destroy_lock;
 	err = cuda_enter(ct);
 	if (!err)
 		err = CUDA_TRY(cudaMalloc(&pool, (size_t)capacity));
@@ -975,6 +1225,8 @@ out_release_pool:
 	kvfs_tier_pool_release(&ct->pool);
 	cuda_teardown(ct);
 	return err;
+out_destroy_lock:
+	pthread_rwlock_destroy(&ct->reg_lock);
 out_free:
 	free(ct);
 	return err;

@@ -356,6 +356,24 @@ static int shm_extent_addr(struct kvfs_tier *t, const struct kvfs_extent *e,
 	return 0;
 }
 
+/* The pool is host memory: memcpy needs nothing registered. The
+ * arguments are still checked, so that both backends refuse the same.
+ */
+static int shm_host_register(struct kvfs_tier *t, void *ptr, uint64_t len)
+{
+	if (!ptr || !len) {
+		kvfs_err("shm: host_register of %s", ptr ? "0 bytes" :
+			 "a NULL range");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int shm_host_unregister(struct kvfs_tier *t, void *ptr)
+{
+	return 0;
+}
+
 static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.describe = shm_describe,
 	.peer_open = shm_peer_open,
@@ -367,6 +385,8 @@ static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.peer_read = shm_peer_read,
 	.upload = shm_upload,
 	.extent_addr = shm_extent_addr,
+	.host_register = shm_host_register,
+	.host_unregister = shm_host_unregister,
 };
 
 /* ---- init ---- */

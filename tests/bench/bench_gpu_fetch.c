@@ -26,6 +26,13 @@
  * the same at a few smaller prefixes (1, 16, 128 blocks), the
  * "DRAM -> device-pool bandwidth" figure of the issue.
  *
+ * The cache is opened with the daemon's defaults, [tier.dram] pinned =
+ * auto included: with cuda the DRAM tier is one pinned arena and FETCH
+ * copies blocks straight from it. Each figure says how many bytes went
+ * direct and how many through staging buffers (the device tier's
+ * tier.gpu.direct_bytes and staged_bytes), so a run shows which path it
+ * measured.
+ *
  *   bench_gpu_fetch [--backend shm|cuda] [--device N] [--bytes SIZE]
  *                   [--block-tokens 16|32] [--iters N] [--dir DIR]
  *                   [--no-sweep] [--summary FILE]
@@ -138,6 +145,55 @@ static void fill_payload(uint8_t *p, uint64_t len, uint32_t i)
 
 		memcpy(p + o, &v, 8);
 	}
+}
+
+/*
+ * The device tier's direct and staged byte counters, from the cache's
+ * stats text. -ENOENT when the stats do not carry them.
+ */
+static int host_copies(struct bench *B, uint64_t *direct, uint64_t *staged)
+{
+	char *text = NULL, *line, *save = NULL;
+	size_t len = 0;
+	int found = 0;
+
+	*direct = *staged = 0;
+	if (kvfs_cache_stats(B->c, &text, &len))
+		return -ENOMEM;
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long v;
+
+		if (sscanf(line, "tier.gpu.direct_bytes %llu", &v) == 1) {
+			*direct = v;
+			found |= 1;
+		} else if (sscanf(line, "tier.gpu.staged_bytes %llu",
+				  &v) == 1) {
+			*staged = v;
+			found |= 2;
+		}
+	}
+	free(text);
+	return found == 3 ? 0 : -ENOENT;
+}
+
+/* Print what went direct and what was staged since @d0, @s0 (cuda; shm
+ * copies with memcpy and counts neither).
+ */
+static void print_copies(struct bench *B, uint64_t d0, uint64_t s0)
+{
+	uint64_t d, s;
+
+	if (B->o.backend != KVFS_CONF_GPU_CUDA)
+		return;
+	if (host_copies(B, &d, &s)) {
+		printf("    copies    unknown: .kvfs/stats has no "
+		       "tier.gpu.direct_bytes / staged_bytes\n");
+		return;
+	}
+	printf("    copies    %.1f MiB direct from pinned DRAM, %.1f MiB "
+	       "staged\n", (double)(d - d0) / (double)MiB,
+	       (double)(s - s0) / (double)MiB);
 }
 
 static void fmt_bytes(uint64_t v, char *buf, size_t len)
@@ -622,7 +678,7 @@ int main(int argc, char **argv)
 	struct bench B = { 0 };
 	const char *be;
 	char label[96], sz[32];
-	uint64_t t0;
+	uint64_t t0, d0, s0;
 	double k, b;
 	int rc;
 
@@ -680,14 +736,16 @@ int main(int argc, char **argv)
 	rc = write_prefix(&B);
 	if (rc)
 		goto out;
-	printf("  (prefix committed to DRAM in %.1f s)\n",
-	       (double)(now_ns() - t0) / 1e9);
+	printf("  (prefix committed to DRAM in %.1f s; [tier.dram] pinned = "
+	       "auto)\n", (double)(now_ns() - t0) / 1e9);
+	(void)host_copies(&B, &d0, &s0);
 	rc = figure(&B, B.n, B.o.iters, true, &k, &b);
 	if (rc)
 		goto out;
 	snprintf(label, sizeof(label), "[11] FETCH %s prefix (%s)", sz, be);
 	summary(B.o.summ, label, k, b, "GB/s",
 		B.o.backend == KVFS_CONF_GPU_CUDA ? "0.90" : "-");
+	print_copies(&B, d0, s0);
 
 	if (!B.o.sweep)
 		goto out;
@@ -700,12 +758,14 @@ int main(int argc, char **argv)
 		printf("\n[11b] DRAM -> device pool (%s): FETCH of %u block%s "
 		       "(%s) (median of %d)\n", be, sweep[i],
 		       sweep[i] > 1 ? "s" : "", sz, it);
+		(void)host_copies(&B, &d0, &s0);
 		rc = figure(&B, sweep[i], it, false, &k, &b);
 		if (rc)
 			goto out;
 		snprintf(label, sizeof(label), "[11b] DRAM->pool %s (%s)", sz,
 			 be);
 		summary(B.o.summ, label, k, b, "GB/s", "-");
+		print_copies(&B, d0, s0);
 	}
 out:
 	base_release(&B);

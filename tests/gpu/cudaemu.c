@@ -26,15 +26,23 @@
  *    IPC mapping, for the whole length, in the direction the copy kind
  *    says, when the op is queued; otherwise cudaErrorInvalidValue.
  *  - cudaPointerGetAttributes() knows device, opened and pinned
- *    (cudaHostAlloc) allocations; anything else is unregistered host
- *    memory.  cudaFreeHost() refuses what cudaHostAlloc() did not give.
+ *    (cudaHostAlloc, or host memory registered with cudaHostRegister)
+ *    allocations; anything else is unregistered host memory.
+ *    cudaFreeHost() refuses what cudaHostAlloc() did not give, and
+ *    cudaHostUnregister() what cudaHostRegister() did not register;
+ *    registering a range that overlaps pinned memory fails as the runtime
+ *    does.  Copies from and to registered memory are deferred like all
+ *    stream work, so a direct copy whose source is reused or read before
+ *    a wait shows as wrong bytes.
  *  - An IPC handle can only be opened by another process, as on a GPU.
  *
  * "Device memory" is a memfd mapping, so an IPC handle (pid, fd, size,
  * offset) can be opened by another process through /proc/PID/fd/FD.
  * KVFS_CUDAEMU_DEVICES sets the device count (default 1; 0 emulates a
  * host without a GPU); CUDA_VISIBLE_DEVICES narrows it as it does the
- * runtime's ("-1": none).
+ * runtime's ("-1": none).  KVFS_CUDAEMU_PIN_LIMIT=BYTES makes a
+ * cudaHostRegister() of more than BYTES fail with
+ * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +80,7 @@ enum emu_map_kind {
 	MAP_DEVICE = 1 << 0, /* cudaMalloc of this process */
 	MAP_OPENED = 1 << 1, /* another process's, through an IPC handle */
 	MAP_PINNED = 1 << 2, /* cudaHostAlloc */
+	MAP_REGISTERED = 1 << 3, /* cudaHostRegister: the caller's memory */
 };
 
 /* An allocation the runtime knows about. */
@@ -460,6 +469,10 @@ const char *cudaGetErrorName(cudaError_t error)
 	case cudaErrorNotReady: return "cudaErrorNotReady";
 	case cudaErrorMapBufferObjectFailed:
 		return "cudaErrorMapBufferObjectFailed";
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return "cudaErrorHostMemoryAlreadyRegistered";
+	case cudaErrorHostMemoryNotRegistered:
+		return "cudaErrorHostMemoryNotRegistered";
 	default: return "cudaErrorUnknown";
 	}
 }
@@ -479,6 +492,12 @@ const char *cudaGetErrorString(cudaError_t error)
 	case cudaErrorNotReady: return "device not ready (emulated)";
 	case cudaErrorMapBufferObjectFailed:
 		return "mapping of buffer object failed (emulated)";
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return "part or all of the requested memory range is already "
+		       "mapped (emulated)";
+	case cudaErrorHostMemoryNotRegistered:
+		return "pointer does not correspond to a registered memory "
+		       "region (emulated)";
 	default: return "unknown error (emulated)";
 	}
 }
@@ -593,6 +612,63 @@ cudaError_t cudaFreeHost(void *ptr)
 	return unmap(ptr, MAP_PINNED);
 }
 
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+	const unsigned known = cudaHostRegisterPortable |
+			       cudaHostRegisterMapped |
+			       cudaHostRegisterIoMemory |
+			       cudaHostRegisterReadOnly;
+	const char *lim = getenv("KVFS_CUDAEMU_PIN_LIMIT");
+	const uint8_t *b = ptr;
+	struct emu_map *m = NULL;
+	bool overlap = false;
+
+	if (!ptr || !size || (flags & ~known))
+		return fail(cudaErrorInvalidValue);
+	if (emu_devices() <= 0)
+		return fail(cudaErrorNoDevice);
+	if (lim && size > strtoull(lim, NULL, 0))
+		return fail(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&emu_lock);
+	for (int i = 0; i < EMU_MAX_MAPS; i++) {
+		struct emu_map *o = &emu_maps[i];
+
+		if (o->live && (o->kind & (MAP_PINNED | MAP_REGISTERED)) &&
+		    b < o->base + o->size && o->base < b + size)
+			overlap = true;
+	}
+	if (!overlap)
+		m = add_map();
+	if (m)
+		*m = (struct emu_map){ .base = ptr, .size = size, .fd = -1,
+				       .device = emu_device,
+				       .kind = MAP_REGISTERED, .live = true };
+	pthread_mutex_unlock(&emu_lock);
+	if (overlap)
+		return fail(cudaErrorHostMemoryAlreadyRegistered);
+	return m ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+/* The memory stays the caller's: only forgotten, after the queued work,
+ * as the runtime's unregister synchronises.
+ */
+cudaError_t cudaHostUnregister(void *ptr)
+{
+	struct emu_map *m;
+
+	pthread_mutex_lock(&emu_exec);
+	device_run();
+	pthread_mutex_lock(&emu_lock);
+	m = ptr ? find_map(ptr, 1, MAP_REGISTERED) : NULL;
+	if (m && m->base == ptr)
+		m->live = false;
+	else
+		m = NULL;
+	pthread_mutex_unlock(&emu_lock);
+	pthread_mutex_unlock(&emu_exec);
+	return m ? cudaSuccess : fail(cudaErrorHostMemoryNotRegistered);
+}
+
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr,
 				     const void *ptr)
 {
@@ -606,11 +682,12 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr,
 		.hostPointer = (void *)ptr,
 	};
 	pthread_mutex_lock(&emu_lock);
-	m = find_map(ptr, 1, MAP_DEVICE | MAP_OPENED | MAP_PINNED);
+	m = find_map(ptr, 1, MAP_DEVICE | MAP_OPENED | MAP_PINNED |
+		     MAP_REGISTERED);
 	if (m) {
 		attr->device = m->device;
 		attr->devicePointer = (void *)ptr;
-		if (m->kind == MAP_PINNED) {
+		if (m->kind & (MAP_PINNED | MAP_REGISTERED)) {
 			attr->type = cudaMemoryTypeHost;
 		} else {
 			attr->type = cudaMemoryTypeDevice;

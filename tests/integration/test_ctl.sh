@@ -4,6 +4,11 @@
 # and the start-up checks of [tier.gpu]. The tier is shm, or cuda with
 # KVFS_TEST_GPU=cuda (make test-gpu on a GPU host; make test runs it against
 # the cudart stand-in, tests/gpu/cudaemu.c).
+#
+# [tier.dram] pinned is left at auto: with cuda the DRAM tier is one pinned
+# arena and uploads from it go direct, so the whole suite runs over that
+# path; with shm it is the per-block heap buffers (the arena itself is
+# covered by test_tier and test_gpu_tier in both cases).
 . "$(dirname "$0")/lib.sh"
 
 backend=shm
@@ -21,6 +26,13 @@ EOC
 t_check "mount with the $backend device tier" kvfs_mount
 t_check ".kvfs/ctl is listed" test -e "$MNT/.kvfs/ctl"
 t_check "the pool shows in the stats" test "$(kvfs_stat tier.gpu.capacity_bytes)" -eq $((240 * 1024))
+if [ "$backend" = cuda ]; then
+	t_check "pinned = auto pins the DRAM tier for cuda" \
+		grep -q "cuda: pinned 2.0 MiB of host memory" "$STORE/kvfs.log"
+else
+	t_check "pinned = auto pins nothing for shm" \
+		sh -c "! grep -q 'pinned .* of host memory' '$STORE/kvfs.log'"
+fi
 
 KVFS_MNT=$MNT KVFS_NS=$NS t_cmocka ctl "$BIN/../itests/ctl_client"
 t_check "the daemon survived every bad request" test "$(kvfs_stat ctl.leases)" -eq 0
@@ -32,7 +44,33 @@ fi
 t_check "unmount with the pool" kvfs_unmount
 if [ "$backend" = shm ]; then
 	t_check "the pool's shm object is gone after unmount" sh -c "! ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"
+else
+	# The tier's closing line: FETCH copied blocks straight from the
+	# pinned DRAM tier.
+	direct=$(sed -n 's/.*host<->device copies: \([0-9]*\) bytes direct.*/\1/p' "$STORE/kvfs.log" | tail -n 1)
+	t_check "uploads went direct from pinned DRAM ($direct bytes)" test "${direct:-0}" -gt 0
 fi
+
+# pinned = yes asks for a CUDA device to pin for.
+sed -i 's/^capacity = 2M$/capacity = 2M\npinned = yes/' "$STORE/kvfs.conf"
+if [ "$backend" = shm ]; then
+	t_errno "pinned = yes without cuda is a config error at its line" \
+		"kvfs.conf:[0-9]*: \[tier.dram\]: pinned = yes needs \[tier.gpu\] backend = cuda" \
+		"$BIN/kvfs" -f "$STORE" "$MNT"
+elif ! nvidia-smi -L >/dev/null 2>&1; then
+	# The stand-in refuses to pin more than KVFS_CUDAEMU_PIN_LIMIT bytes,
+	# as a low RLIMIT_MEMLOCK would: asked for, that stops the start...
+	KVFS_CUDAEMU_PIN_LIMIT=4096 t_errno "pinned = yes refuses to start when pinning fails" \
+		"refusing to start" "$BIN/kvfs" -f "$STORE" "$MNT"
+	# ...under auto it is a warning, and copies are staged.
+	sed -i 's/^pinned = yes$/pinned = auto/' "$STORE/kvfs.conf"
+	: >"$STORE/kvfs.log"
+	KVFS_CUDAEMU_PIN_LIMIT=4096 t_check "pinned = auto starts when pinning fails" kvfs_mount
+	t_check "with a warning saying uploads are staged" \
+		grep -q "cannot be pinned.*staging buffers" "$STORE/kvfs.log"
+	t_check "unmount after the unpinned start" kvfs_unmount
+fi
+sed -i '/^pinned = /d' "$STORE/kvfs.conf"
 
 # A cuda tier on a machine without a usable GPU refuses to start, saying so
 # (KVFS_CUDAEMU_DEVICES=0 makes the cudart stand-in such a machine).

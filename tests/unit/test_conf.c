@@ -722,6 +722,51 @@ static void test_gpu_restore(void **state)
 		   "restore = gpu needs backend = cuda");
 }
 
+/*
+ * [tier.dram] pinned: the three values and the default; yes without a
+ * cuda tier is refused at the key's line, whichever section comes first.
+ */
+static void test_dram_pinned(void **state)
+{
+	kvfs_conf_defaults(conf);
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	memset(conf, 0xff, sizeof(*conf));
+	expect_ok("[tier.dram]\ncapacity = 1M\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	expect_ok("[tier.dram]\npinned = no\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_NO);
+	expect_ok("[tier.dram]\npinned = auto\n[tier.gpu]\nbackend = shm\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	expect_ok("[tier.dram]\npinned = yes\n[tier.gpu]\nbackend = cuda\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_YES);
+	/* the device tier may come first */
+	expect_ok("[tier.gpu]\nbackend = cuda\n[tier.dram]\npinned = yes\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_YES);
+	expect_ok("[tier.gpu]\nbackend = shm\n[tier.dram]\npinned = no\n");
+	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_NO);
+
+	expect_err("[tier.dram]\npinned = true\n", 2,
+		   "pinned = 'true': expected auto, yes or no");
+	expect_err("[tier.dram]\npinned = \n", 2,
+		   "expected auto, yes or no");
+	expect_err("[tier.dram]\npinned = YES\n", 2,
+		   "expected auto, yes or no");
+	expect_err("[tier.dram]\npinned = no\npinned = no\n", 3,
+		   "duplicate key 'pinned'");
+	expect_err("[tier.gpu]\npinned = no\nbackend = cuda\n", 2,
+		   "unknown key 'pinned' in [tier.gpu]");
+	/* yes needs a CUDA device to pin for: at the key's own line */
+	expect_err("[tier.dram]\ncapacity = 1M\npinned = yes\n", 3,
+		   "pinned = yes needs [tier.gpu] backend = cuda");
+	expect_err("[tier.dram]\n\npinned = yes\n[tier.gpu]\nbackend = shm\n",
+		   3, "pinned = yes needs [tier.gpu] backend = cuda");
+	expect_err("[tier.gpu]\nbackend = none\n[tier.dram]\npinned = yes\n",
+		   4, "pinned = yes needs [tier.gpu] backend = cuda");
+	/* an earlier error is the one reported */
+	expect_err("[tier.dram]\npinned = yes\n[tier.gpu]\nbackend = tape\n",
+		   4, "expected none, shm or cuda");
+}
+
 /* The documented example at the repository root must stay valid. */
 static void test_example_conf(void **state)
 {
@@ -731,6 +776,7 @@ static void test_example_conf(void **state)
 	assert_true(c.n_ns >= 1);
 	assert_int_equal(c.gpu_backend, KVFS_CONF_GPU_SHM);
 	assert_int_equal(c.gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	assert_int_equal(c.dram_pinned, KVFS_CONF_PINNED_AUTO);
 }
 
 int main(void)
@@ -757,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_hcache_keys),
 		cmocka_unit_test(test_hcache_errors),
 		cmocka_unit_test(test_gpu_restore),
+		cmocka_unit_test(test_dram_pinned),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

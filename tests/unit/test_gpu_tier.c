@@ -225,6 +225,7 @@ static int teardown(void **state)
 {
 	struct fx *f = *state;
 
+	/* NULL when a test freed the tier itself */
 	kvfs_tier_free(f->t);
 	free(f);
 	tpeer_reap();
@@ -788,6 +789,263 @@ static void test_large_batch(void **state)
 	free(io);
 	free(src);
 	free(dst);
+}
+
+/* ---- registered host memory ---- */
+
+/*
+ * host_register's argument checks, the same on both backends; on cuda the
+ * bookkeeping of regions, and the runtime sees the memory as pinned.
+ */
+static void test_host_register(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *d;
+	unsigned char *base;
+	void *b;
+	uint64_t len;
+
+	assert_int_equal(kvfs_tier_dram_init_flags(4 * MiB, KVFS_DRAM_ARENA,
+						   &d), 0);
+	assert_int_equal(kvfs_tier_dram_region(d, &b, &len), 0);
+	base = b;
+	assert_int_equal(f->g->host_register(f->t, NULL, PG), -EINVAL);
+	assert_int_equal(f->g->host_register(f->t, base, 0), -EINVAL);
+	assert_int_equal(f->g->host_register(f->t, base, len), 0);
+	if (backend == B_SHM) {
+		/* Nothing to pin: every call is a no-op. */
+		assert_int_equal(f->g->host_register(f->t, base, len), 0);
+		assert_int_equal(f->g->host_unregister(f->t, base), 0);
+		assert_int_equal(f->g->host_unregister(f->t, base + PG), 0);
+		kvfs_tier_free(d);
+		return;
+	}
+#ifdef KVFS_HAVE_CUDA
+	{
+		struct cudaPointerAttributes a;
+
+		assert_int_equal(cudaPointerGetAttributes(&a, base + len / 2),
+				 cudaSuccess);
+		assert_int_equal(a.type, cudaMemoryTypeHost);
+	}
+#endif
+	/* The same range, a part of it, or a range across its end. */
+	assert_int_equal(f->g->host_register(f->t, base, len), -EINVAL);
+	assert_int_equal(f->g->host_register(f->t, base + PG, PG), -EINVAL);
+	assert_int_equal(f->g->host_register(f->t, base + len - PG, 2 * PG),
+			 -EINVAL);
+	assert_int_equal(f->g->host_unregister(f->t, base + PG), -ENOENT);
+	assert_int_equal(f->g->host_unregister(f->t, base), 0);
+	assert_int_equal(f->g->host_unregister(f->t, base), -ENOENT);
+#ifdef KVFS_HAVE_CUDA
+	{
+		struct cudaPointerAttributes a;
+
+		assert_int_equal(cudaPointerGetAttributes(&a, base),
+				 cudaSuccess);
+		assert_int_equal(a.type, cudaMemoryTypeUnregistered);
+	}
+#endif
+	/* Registered again, then left for the tier's release to undo. */
+	assert_int_equal(f->g->host_register(f->t, base, len), 0);
+	kvfs_tier_free(f->t);
+	f->t = NULL;
+	kvfs_tier_free(d);
+}
+
+/*
+ * cuda: transfers whose host side is registered go direct, the others are
+ * staged, in one batch, with every byte where it belongs. The sources are
+ * overwritten as soon as each call returns: the stand-in defers copies,
+ * so a call that returned before its copies ran shows here as wrong bytes.
+ */
+static void test_direct_copies(void **state)
+{
+	enum { N = 24 };
+	const uint64_t piece = 1536 * 1024; /* 1.5 MiB: slots are 4 MiB */
+	struct fx *f = *state;
+	struct kvfs_tier *t = f->t, *d;
+	struct kvfs_extent dx, px;
+	struct kvfs_gpu_xfer x[N];
+	struct kvfs_tier_io io[N];
+	unsigned char *arena, *heap, *out;
+	struct kvfs_gpu_peer *p;
+	struct tpeer tp;
+	uint64_t d0, s0, w0, want_d = 0, want_s = 0;
+	void *b;
+	uint64_t len;
+
+	if (backend != B_CUDA) {
+		print_message("cuda-only test skipped (KVFS_TEST_GPU=cuda)\n");
+		skip();
+	}
+	kvfs_tier_free(f->t);
+	assert_int_equal(tier_make(2 * N * piece, &f->t), 0);
+	t = f->t;
+	assert_int_equal(kvfs_tier_dram_init_flags(48 * MiB, KVFS_DRAM_ARENA,
+						   &d), 0);
+	assert_int_equal(kvfs_tier_dram_region(d, &b, &len), 0);
+	assert_int_equal(f->g->host_register(t, b, len), 0);
+	assert_int_equal(d->ops->alloc(d, N * piece, &dx), 0);
+	assert_int_equal(t->ops->alloc(t, 2 * N * piece, &px), 0);
+	arena = dx.ptr;
+	heap = xmalloc(N * piece);
+	out = xmalloc(2 * N * piece);
+
+	/*
+	 * Even pieces from the arena, odd ones from the heap; runs of two
+	 * arena pieces continue each other in both memories (one copy),
+	 * then the order jumps; the staged ones fill the ring more than
+	 * once.
+	 */
+	for (int i = 0; i < N; i++) {
+		bool reg = i % 2 == 0;
+		unsigned char *h = (reg ? arena : heap) + (uint64_t)i * piece;
+		uint64_t l = reg ? piece : piece - 3 * (uint64_t)i;
+
+		pat(h, l, 300 + i);
+		x[i] = (struct kvfs_gpu_xfer){ .pool = &px, .host = h,
+					       .off = (uint64_t)i * piece,
+					       .peer_off = (uint64_t)i * piece,
+					       .len = l };
+		if (reg)
+			want_d += l;
+		else
+			want_s += l;
+	}
+	d0 = ld(&t->st.direct_bytes);
+	s0 = ld(&t->st.staged_bytes);
+	w0 = ld(&t->st.bytes_written);
+	assert_int_equal(f->g->upload(t, x, N), 0);
+	assert_int_equal(ld(&t->st.direct_bytes) - d0, want_d);
+	assert_int_equal(ld(&t->st.staged_bytes) - s0, want_s);
+	assert_int_equal(ld(&t->st.bytes_written) - w0, want_d + want_s);
+	memset(arena, 0xee, N * piece);
+	memset(heap, 0xee, N * piece);
+	for (int i = 0; i < N; i++) {
+		memset(out, 0, x[i].len);
+		assert_int_equal(t->ops->read(t, &px, x[i].off, out,
+					      x[i].len), 0);
+		assert_true(is_pat(out, x[i].len, 300 + i));
+	}
+
+	/* Down again: into the arena direct, into the heap staged, one
+	 * readv; the destinations are checked after it returns.
+	 */
+	for (int i = 0; i < N; i++)
+		io[i] = (struct kvfs_tier_io){ .ext = &px, .off = x[i].off,
+					       .len = x[i].len,
+					       .buf = x[i].host };
+	d0 = ld(&t->st.direct_bytes);
+	s0 = ld(&t->st.staged_bytes);
+	assert_int_equal(t->ops->readv(t, io, N), 0);
+	assert_int_equal(ld(&t->st.direct_bytes) - d0, want_d);
+	assert_int_equal(ld(&t->st.staged_bytes) - s0, want_s);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(io[i].res, 0);
+		assert_true(is_pat(x[i].host, x[i].len, 300 + i));
+	}
+
+	/* One write and one read of a single registered range. */
+	pat(arena, piece, 77);
+	d0 = ld(&t->st.direct_bytes);
+	assert_int_equal(t->ops->write(t, &px, N * piece, arena, piece), 0);
+	memset(arena, 0, piece);
+	assert_int_equal(t->ops->read(t, &px, N * piece, arena, piece), 0);
+	assert_true(is_pat(arena, piece, 77));
+	assert_int_equal(ld(&t->st.direct_bytes) - d0, 2 * piece);
+
+	/* Per transfer: the arena's last page direct, a heap page staged. */
+	s0 = ld(&t->st.staged_bytes);
+	d0 = ld(&t->st.direct_bytes);
+	assert_int_equal(t->ops->read(t, &px, 0, (unsigned char *)b + len -
+				      PG, PG), 0);
+	assert_int_equal(ld(&t->st.direct_bytes) - d0, PG);
+	assert_int_equal(t->ops->write(t, &px, 0, out, PG), 0);
+	assert_int_equal(ld(&t->st.staged_bytes) - s0, PG);
+
+	/* Host -> peer and back, the host sides mixed the same way. */
+	for (int i = 0; i < N; i++)
+		pat(x[i].host, x[i].len, 900 + i);
+	assert_int_equal(tpeer_create(&tp, N * piece), 0);
+	assert_int_equal(f->g->peer_open(t, &tp.m, &p), 0);
+	for (int i = 0; i < N; i++)
+		x[i].pool = NULL;
+	d0 = ld(&t->st.direct_bytes);
+	s0 = ld(&t->st.staged_bytes);
+	assert_int_equal(f->g->peer_write(t, p, x, N), 0);
+	memset(arena, 0xee, N * piece);
+	memset(heap, 0xee, N * piece);
+	for (int i = 0; i < N; i++)
+		assert_true(tpeer_is(&tp, x[i].peer_off, x[i].len, 900 + i));
+	assert_int_equal(f->g->peer_read(t, p, x, N), 0);
+	for (int i = 0; i < N; i++)
+		assert_true(is_pat(x[i].host, x[i].len, 900 + i));
+	assert_int_equal(ld(&t->st.direct_bytes) - d0, 2 * want_d);
+	assert_int_equal(ld(&t->st.staged_bytes) - s0, 2 * want_s);
+	f->g->peer_close(t, p);
+	tpeer_destroy(&tp);
+
+	/* Unregistered, the arena is ordinary memory: all staged. */
+	assert_int_equal(f->g->host_unregister(t, b), 0);
+	for (int i = 0; i < N; i++)
+		x[i].pool = &px;
+	for (int i = 0; i < N; i++)
+		pat(x[i].host, x[i].len, 500 + i);
+	d0 = ld(&t->st.direct_bytes);
+	s0 = ld(&t->st.staged_bytes);
+	assert_int_equal(f->g->upload(t, x, N), 0);
+	assert_int_equal(ld(&t->st.direct_bytes), d0);
+	assert_int_equal(ld(&t->st.staged_bytes) - s0, want_d + want_s);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(t->ops->read(t, &px, x[i].off, out,
+					      x[i].len), 0);
+		assert_true(is_pat(out, x[i].len, 500 + i));
+	}
+	t->ops->free(t, &px);
+	d->ops->free(d, &dx);
+	kvfs_tier_free(d);
+	free(heap);
+	free(out);
+}
+
+/*
+ * shm: registration changes nothing, and copies count neither direct nor
+ * staged bytes.
+ */
+static void test_shm_register_noop(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = f->t, *d;
+	struct kvfs_extent dx, px;
+	struct kvfs_gpu_xfer x;
+	unsigned char *out = xmalloc(PG);
+	void *b;
+	uint64_t len;
+
+	if (backend != B_SHM) {
+		print_message("shm-only test skipped\n");
+		free(out);
+		skip();
+	}
+	assert_int_equal(kvfs_tier_dram_init_flags(MiB, KVFS_DRAM_ARENA, &d),
+			 0);
+	assert_int_equal(kvfs_tier_dram_region(d, &b, &len), 0);
+	assert_int_equal(f->g->host_register(t, b, len), 0);
+	assert_int_equal(d->ops->alloc(d, PG, &dx), 0);
+	assert_int_equal(t->ops->alloc(t, PG, &px), 0);
+	pat(dx.ptr, PG, 11);
+	x = (struct kvfs_gpu_xfer){ .pool = &px, .host = dx.ptr, .len = PG };
+	assert_int_equal(f->g->upload(t, &x, 1), 0);
+	assert_int_equal(t->ops->read(t, &px, 0, out, PG), 0);
+	assert_true(is_pat(out, PG, 11));
+	assert_int_equal(ld(&t->st.direct_bytes), 0);
+	assert_int_equal(ld(&t->st.staged_bytes), 0);
+	assert_int_equal(f->g->host_unregister(t, b), 0);
+	t->ops->free(t, &px);
+	d->ops->free(d, &dx);
+	kvfs_tier_free(d);
+	free(out);
 }
 
 /* ---- device ops ---- */
@@ -1529,6 +1787,12 @@ int main(int argc, char **argv)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cuda_handle_cache, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_host_register, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_direct_copies, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_shm_register_noop, setup,
 						teardown),
 	};
 

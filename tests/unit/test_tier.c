@@ -76,12 +76,21 @@ static void test_names(void **state)
 
 /* ---- dram ---- */
 
+/* The DRAM tests run in both modes: heap (0) and arena. */
+static unsigned mode_heap = 0, mode_arena = KVFS_DRAM_ARENA;
+
+static unsigned dram_mode(void **state)
+{
+	return *(unsigned *)*state;
+}
+
 static void test_dram_capacity(void **state)
 {
 	struct kvfs_tier *t;
 	struct kvfs_extent e[10], x;
 
-	assert_int_equal(kvfs_tier_dram_init(10 * PG, &t), 0);
+	assert_int_equal(kvfs_tier_dram_init_flags(10 * PG, dram_mode(state),
+						   &t), 0);
 	assert_int_equal(t->id, KVFS_TIER_DRAM);
 	assert_string_equal(t->ops->name, "dram");
 	assert_int_equal(t->capacity, 10 * PG);
@@ -119,7 +128,8 @@ static void test_dram_rw(void **state)
 	struct kvfs_tier_io io[3];
 	char *buf = xalloc(4 * PG), *out = xalloc(4 * PG);
 
-	assert_int_equal(kvfs_tier_dram_init(1 << 20, &t), 0);
+	assert_int_equal(kvfs_tier_dram_init_flags(1 << 20, dram_mode(state),
+						   &t), 0);
 	assert_int_equal(t->ops->alloc(t, 3 * PG + 100, &e), 0);
 	assert_int_equal(e.len, 4 * PG);
 	fill(buf, 4 * PG, 7);
@@ -184,7 +194,8 @@ static void test_dram_concurrent_alloc(void **state)
 	struct kvfs_tier *t;
 	int total = 0;
 
-	assert_int_equal(kvfs_tier_dram_init(100 * PG, &t), 0);
+	assert_int_equal(kvfs_tier_dram_init_flags(100 * PG, dram_mode(state),
+						   &t), 0);
 	for (int i = 0; i < 4; i++) {
 		r[i].t = t;
 		r[i].n = 0;
@@ -201,6 +212,214 @@ static void test_dram_concurrent_alloc(void **state)
 		for (int j = 0; j < r[i].n; j++)
 			t->ops->free(t, &r[i].e[j]);
 	assert_int_equal(atomic_load(&t->used), 0);
+	kvfs_tier_free(t);
+}
+
+/* ---- dram arena ---- */
+
+/* Extents lie in the arena at base + off, aligned, and stay put. */
+static void test_dram_arena_layout(void **state)
+{
+	struct kvfs_tier *t, *h, *ssd;
+	struct kvfs_extent e[4], x;
+	unsigned char *base;
+	void *b;
+	uint64_t len, l;
+
+	/* The capacity is whole pages; less than one is refused. */
+	assert_int_equal(kvfs_tier_dram_init_flags(PG - 1, KVFS_DRAM_ARENA,
+						   &t), -EINVAL);
+	assert_int_equal(kvfs_tier_dram_init_flags(PG, 1u << 7, &t), -EINVAL);
+	assert_int_equal(kvfs_tier_dram_init_flags(8 * PG + 100,
+						   KVFS_DRAM_ARENA, &t), 0);
+	assert_int_equal(t->capacity, 8 * PG);
+	assert_int_equal(t->align, PG);
+	assert_int_equal(kvfs_tier_dram_region(t, &b, &len), 0);
+	base = b;
+	assert_non_null(base);
+	assert_int_equal((uintptr_t)base % PG, 0);
+	assert_int_equal(len, 8 * PG);
+
+	/* Heap mode and other tiers have no region. */
+	assert_int_equal(kvfs_tier_dram_init(8 * PG, &h), 0);
+	assert_int_equal(kvfs_tier_dram_region(h, &b, &l), -EINVAL);
+	assert_null(b);
+	assert_int_equal(l, 0);
+	kvfs_tier_free(h);
+	assert_int_equal(kvfs_tier_ssd_init(NULL, DATA_OFF, SSD_SIZE, 1,
+					    KVFS_SSD_MEMORY, &ssd), 0);
+	assert_int_equal(kvfs_tier_dram_region(ssd, &b, &l), -EINVAL);
+	kvfs_tier_free(ssd);
+	assert_int_equal(kvfs_tier_dram_region(NULL, &b, &l), -EINVAL);
+
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(t->ops->alloc(t, PG + 1, &e[i]), 0);
+		assert_int_equal(e[i].len, 2 * PG);
+		assert_int_equal(e[i].off % PG, 0);
+		assert_ptr_equal(e[i].ptr, base + e[i].off);
+		assert_ptr_equal(t->ops->map(t, &e[i]), e[i].ptr);
+		assert_true(e[i].off + e[i].len <= len);
+		for (int k = 0; k < i; k++)
+			assert_true(e[k].off + e[k].len <= e[i].off ||
+				    e[i].off + e[i].len <= e[k].off);
+		fill(e[i].ptr, e[i].len, 100 + i);
+	}
+	/* Full: used is the capacity. */
+	assert_int_equal(atomic_load(&t->used), 8 * PG);
+	assert_int_equal(t->ops->alloc(t, 1, &x), -ENOSPC);
+
+	/* Freeing and reusing one extent moves none of the others, and
+	 * the freed space is handed out again (first fit).
+	 */
+	t->ops->free(t, &e[1]);
+	assert_int_equal(atomic_load(&t->used), 6 * PG);
+	assert_int_equal(t->ops->alloc(t, 2 * PG, &x), 0);
+	assert_int_equal(x.off, e[1].off);
+	assert_ptr_equal(x.ptr, e[1].ptr);
+	fill(x.ptr, x.len, 200);
+	for (int i = 0; i < 4; i++)
+		if (i != 1)
+			assert_true(same(t->ops->map(t, &e[i]), e[i].len,
+					 100 + i));
+	e[1] = x;
+
+	/* A forged extent (pointer and offset disagree) and a double free
+	 * are logged and change nothing.
+	 */
+	x = e[2];
+	x.ptr = base + e[3].off;
+	t->ops->free(t, &x);
+	assert_int_equal(atomic_load(&t->used), 8 * PG);
+	x.ptr = NULL;
+	t->ops->free(t, &x);
+	assert_int_equal(atomic_load(&t->used), 8 * PG);
+	t->ops->free(t, &e[2]);
+	t->ops->free(t, &e[2]);
+	assert_int_equal(atomic_load(&t->used), 6 * PG);
+	assert_true(same(e[3].ptr, e[3].len, 103));
+
+	t->ops->free(t, &e[0]);
+	t->ops->free(t, &e[1]);
+	t->ops->free(t, &e[3]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	/* Everything merged back: one extent of the whole arena. */
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &x), 0);
+	assert_ptr_equal(x.ptr, base);
+	t->ops->free(t, &x);
+	kvfs_tier_free(t);
+}
+
+/*
+ * Free bytes in pieces: a request larger than every hole fails with
+ * -ENOSPC although used + len <= capacity (the heap mode would succeed),
+ * and succeeds once a neighbour is freed.
+ */
+static void test_dram_arena_fragmentation(void **state)
+{
+	struct kvfs_tier *t;
+	struct kvfs_extent e[8], x;
+
+	assert_int_equal(kvfs_tier_dram_init_flags(8 * PG, KVFS_DRAM_ARENA,
+						   &t), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(t->ops->alloc(t, PG, &e[i]), 0);
+	for (int i = 0; i < 8; i += 2)
+		t->ops->free(t, &e[i]);
+	assert_int_equal(atomic_load(&t->used), 4 * PG);
+	assert_int_equal(t->ops->alloc(t, 2 * PG, &x), -ENOSPC);
+	assert_int_equal(atomic_load(&t->used), 4 * PG);
+	/* One page still fits, in the first hole. */
+	assert_int_equal(t->ops->alloc(t, PG, &x), 0);
+	assert_int_equal(x.off, e[0].off);
+	t->ops->free(t, &x);
+	/* Freeing e[3] joins the holes of e[2], e[3] and e[4]. */
+	t->ops->free(t, &e[3]);
+	assert_int_equal(t->ops->alloc(t, 3 * PG, &x), 0);
+	assert_int_equal(x.off, e[2].off);
+	assert_int_equal(t->ops->alloc(t, 2 * PG, &e[3]), -ENOSPC);
+	t->ops->free(t, &x);
+	for (int i = 1; i < 8; i += 2)
+		if (i != 3)
+			t->ops->free(t, &e[i]);
+	assert_int_equal(atomic_load(&t->used), 0);
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &x), 0);
+	t->ops->free(t, &x);
+	kvfs_tier_free(t);
+}
+
+struct arena_worker {
+	struct kvfs_tier *t;
+	unsigned id;
+	unsigned fails;  /* allocations refused (ENOSPC) */
+	unsigned bad;    /* extents whose bytes another thread changed */
+};
+
+/*
+ * Allocate extents of varied sizes, fill them with this thread's pattern,
+ * free them in a different order, checking the bytes before each free:
+ * an allocator that hands one range to two threads shows as bad bytes.
+ */
+static void *arena_worker_fn(void *arg)
+{
+	struct arena_worker *w = arg;
+	struct kvfs_extent e[6];
+	bool held[6] = { false };
+
+	for (unsigned it = 0; it < 300; it++) {
+		for (unsigned k = 0; k < 6; k++) {
+			uint64_t len = (uint64_t)((it + k + w->id) % 4 + 1) *
+				       PG - 17 * k;
+
+			if (w->t->ops->alloc(w->t, len, &e[k])) {
+				w->fails++;
+				continue;
+			}
+			held[k] = true;
+			fill(e[k].ptr, e[k].len,
+			     (uint64_t)w->id << 32 | it << 4 | k);
+		}
+		for (unsigned q = 0; q < 6; q++) {
+			unsigned k = (q * 5 + it) % 6;
+
+			if (!held[k])
+				continue;
+			if (!same(e[k].ptr, e[k].len,
+				  (uint64_t)w->id << 32 | it << 4 | k))
+				w->bad++;
+			w->t->ops->free(w->t, &e[k]);
+			held[k] = false;
+		}
+	}
+	return NULL;
+}
+
+static void test_dram_arena_threads(void **state)
+{
+	struct arena_worker w[4];
+	pthread_t th[4];
+	struct kvfs_tier *t;
+	struct kvfs_extent x;
+
+	/* Four times what the threads can hold at once (6 extents of at
+	 * most 4 pages each), more than first fit's worst-case
+	 * fragmentation for sizes within a factor of 4: nothing may fail.
+	 */
+	assert_int_equal(kvfs_tier_dram_init_flags(4 * 4 * 6 * 4 * PG,
+						   KVFS_DRAM_ARENA, &t), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		w[i] = (struct arena_worker){ .t = t, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, arena_worker_fn,
+						&w[i]), 0);
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].bad, 0);
+		assert_int_equal(w[i].fails, 0);
+	}
+	assert_int_equal(atomic_load(&t->used), 0);
+	/* Every range came back and merged. */
+	assert_int_equal(t->ops->alloc(t, t->capacity, &x), 0);
+	t->ops->free(t, &x);
 	kvfs_tier_free(t);
 }
 
@@ -768,6 +987,9 @@ static void test_ssd_init_errors(void **state)
 	kvfs_tier_free(t);
 }
 
+/* One DRAM test in one mode, named so that failures say which. */
+#define DRAM_TEST(fn, mode) { #fn "/" #mode, fn, NULL, NULL, &(mode_##mode) }
+
 /* One test over one backing, named so that failures say which. */
 #define SSD_TEST(fn, fx) { #fn "/" #fx, fn, ssd_setup, ssd_teardown, &(fx) }
 
@@ -775,9 +997,15 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_dram_capacity),
-		cmocka_unit_test(test_dram_rw),
-		cmocka_unit_test(test_dram_concurrent_alloc),
+		DRAM_TEST(test_dram_capacity, heap),
+		DRAM_TEST(test_dram_capacity, arena),
+		DRAM_TEST(test_dram_rw, heap),
+		DRAM_TEST(test_dram_rw, arena),
+		DRAM_TEST(test_dram_concurrent_alloc, heap),
+		DRAM_TEST(test_dram_concurrent_alloc, arena),
+		cmocka_unit_test(test_dram_arena_layout),
+		cmocka_unit_test(test_dram_arena_fragmentation),
+		cmocka_unit_test(test_dram_arena_threads),
 		SSD_TEST(test_ssd_basics, fx_mem),
 		SSD_TEST(test_ssd_basics, fx_file),
 		SSD_TEST(test_ssd_rw_many, fx_mem),
