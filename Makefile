@@ -260,7 +260,8 @@ test-gpu: deps
 # faked on OpenBLAS), run on a machine without a GPU. The unit suites run
 # in both of the stand-in's stream orders (lazy: a missing wait for a
 # writer shows; eager: a missing wait for a reader shows). Built apart,
-# in $(BUILD)-cudaemu; bench_restore_cuda and bench_gpu_fetch are built there but not run.
+# in $(BUILD)-cudaemu; bench_restore_cuda is built there but not run, and
+# bench_gpu_fetch runs once, small, as a check that its FETCH lands right.
 EMU_BUILD := $(BUILD)-cudaemu
 EMU_UNIT := $(GPU_UNIT)
 EMU_ENV := KVFS_TEST_GPU=cuda \
@@ -281,6 +282,10 @@ test-gpu-emu: deps
 			grep -h '^\[  PASSED' $(EMU_BUILD)/$$t.$$o.log; \
 		else cat $(EMU_BUILD)/$$t.$$o.log; fail=1; fi; \
 	done; done; \
+	echo "  EMU    bench_gpu_fetch (a small FETCH, bytes checked by an IPC client)"; \
+	$(EMU_ENV) $(EMU_BUILD)/bench/bench_gpu_fetch --backend cuda --bytes 32M \
+		--iters 1 --no-sweep >$(EMU_BUILD)/bench_gpu_fetch.log 2>&1 || \
+		{ cat $(EMU_BUILD)/bench_gpu_fetch.log; fail=1; }; \
 	for t in $(GPU_ITEST); do \
 		echo "  EMU    $$t"; \
 		BUILD=$(EMU_BUILD) $(EMU_ENV) bash $$t || fail=1; \

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -400,7 +401,96 @@ static int pool_empty(struct bench *B, uint32_t n)
 	return rc;
 }
 
-/* shm: every payload in the pool is the one written (the first sample). */
+#ifdef KVFS_HAVE_CUDA
+/*
+ * cuda: a process cannot open its own IPC handle, and a forked child
+ * cannot use CUDA, so this program runs itself again as a client that
+ * opens the pool's handle and compares each payload, as an engine would.
+ * Its standard input: the handle (64 bytes), then per block its index and
+ * pool offset (u32, u64).  Exit 0 when every payload is the one written.
+ */
+static int verify_child(uint32_t device, uint64_t pool_size,
+			uint64_t payload, uint32_t n)
+{
+	cudaIpcMemHandle_t h;
+	uint8_t *want = malloc(payload), *got = malloc(payload);
+	void *d = NULL;
+	int bad = 1;
+
+	if (!want || !got || fread(&h, sizeof(h), 1, stdin) != 1 ||
+	    cudaSetDevice((int)device) != cudaSuccess ||
+	    cudaIpcOpenMemHandle(&d, h, cudaIpcMemLazyEnablePeerAccess) !=
+		    cudaSuccess)
+		goto out;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i;
+		uint64_t off;
+
+		if (fread(&i, sizeof(i), 1, stdin) != 1 ||
+		    fread(&off, sizeof(off), 1, stdin) != 1 ||
+		    off > pool_size || payload > pool_size - off ||
+		    cudaMemcpy(got, (uint8_t *)d + off, payload,
+			       cudaMemcpyDeviceToHost) != cudaSuccess)
+			goto out_close;
+		fill_payload(want, payload, i);
+		if (memcmp(got, want, payload))
+			goto out_close;
+	}
+	bad = 0;
+out_close:
+	cudaIpcCloseMemHandle(d);
+out:
+	free(want);
+	free(got);
+	return bad;
+}
+
+static int cuda_pool_check(struct bench *B, const struct kvfs_ctl_resp *r)
+{
+	const struct kvfs_ctl_block *blk = (const void *)(r + 1);
+	char dev[16], size[32], pay[32], n[16];
+	int in[2], st = -1;
+	FILE *f;
+	pid_t pid;
+
+	snprintf(dev, sizeof(dev), "%u", r->pool.device);
+	snprintf(size, sizeof(size), "%llu", (unsigned long long)r->pool.size);
+	snprintf(pay, sizeof(pay), "%llu", (unsigned long long)B->payload);
+	snprintf(n, sizeof(n), "%u", r->n_blocks);
+	if (pipe(in))
+		return -errno;
+	pid = fork();
+	if (pid == 0) {
+		dup2(in[0], 0);
+		close(in[0]);
+		close(in[1]);
+		execl("/proc/self/exe", "bench_gpu_fetch", "--verify-child",
+		      dev, size, pay, n, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	f = pid > 0 ? fdopen(in[1], "w") : NULL;
+	if (!f) {
+		close(in[1]);
+	} else {
+		fwrite(r->pool.ipc, 64, 1, f);
+		for (uint32_t i = 0; i < r->n_blocks; i++) {
+			uint64_t off = blk[i].pool_off;
+
+			fwrite(&i, sizeof(i), 1, f);
+			fwrite(&off, sizeof(off), 1, f);
+		}
+		fclose(f);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+#endif
+
+/* Every payload in the pool is the one written (the first sample): read
+ * through the shm mapping, or by a client of the cuda pool's IPC handle.
+ */
 static int pool_check(struct bench *B, const struct kvfs_ctl_resp *r)
 {
 	const struct kvfs_ctl_block *blk = (const void *)(r + 1);
@@ -430,6 +520,10 @@ static int pool_check(struct bench *B, const struct kvfs_ctl_resp *r)
 			goto out;
 	}
 	rc = 0;
+#ifdef KVFS_HAVE_CUDA
+	if (r->pool.backend == KVFS_CTL_BACKEND_CUDA)
+		rc = cuda_pool_check(B, r);
+#endif
 out:
 	if (map != MAP_FAILED)
 		munmap(map, r->pool.size);
@@ -682,6 +776,13 @@ int main(int argc, char **argv)
 	double k, b;
 	int rc;
 
+#ifdef KVFS_HAVE_CUDA
+	if (argc == 6 && !strcmp(argv[1], "--verify-child"))
+		return verify_child((uint32_t)atoi(argv[2]),
+				    strtoull(argv[3], NULL, 10),
+				    strtoull(argv[4], NULL, 10),
+				    (uint32_t)atoi(argv[5]));
+#endif
 	if (parse(argc, argv, &B.o))
 		return 1;
 	be = B.o.backend == KVFS_CONF_GPU_CUDA ? "cuda" : "shm";
