@@ -1010,6 +1010,179 @@ static void test_direct_copies(void **state)
 }
 
 /*
+ * Batches of many transfers of random lengths (0 included, none aligned),
+ * their host sides drawn from a registered half of an arena, its
+ * unregistered half, ranges across the boundary between the two, and the
+ * heap, in random order, some continuing each other in both memories: up
+ * and down again (upload, readv, peer_write, peer_read), every byte
+ * checked, and every host byte counted once as direct or staged.
+ */
+static void test_mixed_batches(void **state)
+{
+	enum { N = 64, ROUNDS = 6 };
+	const uint64_t half = 32 * MiB, hsz = 32 * MiB, cap = 64 * MiB;
+	const uint64_t hall = 2 * half + hsz;
+	struct fx *f = *state;
+	struct kvfs_tier *t, *d;
+	struct kvfs_extent dx, px;
+	struct kvfs_gpu_xfer x[N], y[N];
+	struct kvfs_tier_io io[N];
+	struct kvfs_gpu_peer *p;
+	struct tpeer tp;
+	unsigned char *arena, *heap, *shadow, *hshadow, *out;
+	uint64_t rng = 12345, d0, s0, want_d, want_s;
+	void *b;
+	uint64_t len;
+
+	kvfs_tier_free(f->t);
+	assert_int_equal(tier_make(cap, &f->t), 0);
+	t = f->t;
+	assert_int_equal(kvfs_tier_dram_init_flags(2 * half, KVFS_DRAM_ARENA,
+						   &d), 0);
+	assert_int_equal(kvfs_tier_dram_region(d, &b, &len), 0);
+	assert_int_equal(d->ops->alloc(d, 2 * half, &dx), 0);
+	arena = dx.ptr;
+	/* Only the first half is registered. */
+	assert_int_equal(f->g->host_register(t, arena, half), 0);
+	assert_int_equal(t->ops->alloc(t, cap, &px), 0);
+	heap = xmalloc(hsz);
+	shadow = xmalloc(cap);
+	out = xmalloc(cap);
+	hshadow = xmalloc(hall);
+	assert_int_equal(tpeer_create(&tp, cap), 0);
+	assert_int_equal(f->g->peer_open(t, &tp.m, &p), 0);
+
+	for (int round = 0; round < ROUNDS; round++) {
+		/* host cursors: registered, unregistered, heap */
+		unsigned char *cur[3] = { arena, arena + half + 2 * MiB,
+					  heap };
+		uint64_t dev = 0;
+		int last = -1;
+		bool across = false;
+
+		want_d = want_s = 0;
+		for (int i = 0; i < N; i++) {
+			uint64_t r = mix(rng++), l = (r >> 8) % (256 * 1024);
+			int k = (int)(r % 4);
+			unsigned char *h;
+
+			if (k == 3 && !across) {
+				/* across the registered half's end */
+				across = true;
+				h = arena + half - l / 2;
+			} else {
+				if (k == 3)
+					k = 2;
+				/* continue the last one, or leave a gap */
+				if (!(r >> 40 & 1) || k != last)
+					cur[k] += (r >> 42) % 5000;
+				h = cur[k];
+				cur[k] += l;
+				last = k;
+			}
+			if (!(r >> 48 & 1))
+				dev += (r >> 50) % 9000;
+			x[i] = (struct kvfs_gpu_xfer){ .pool = &px, .host = h,
+						       .off = dev,
+						       .peer_off = dev,
+						       .len = l };
+			dev += l;
+			if (backend == B_SHM)
+				continue;
+			if (h >= arena && h + l <= arena + half && l)
+				want_d += l;
+			else
+				want_s += l;
+		}
+		assert_true(cur[0] <= arena + half - MiB);
+		assert_true(cur[1] <= arena + 2 * half);
+		assert_true(cur[2] <= heap + hsz);
+		assert_true(dev <= cap);
+
+		/* Up: every device byte is what its host range held. */
+		memset(shadow, 0, cap);
+		assert_int_equal(t->ops->write(t, &px, 0, shadow, cap), 0);
+		for (int i = 0; i < N; i++) {
+			pat(x[i].host, x[i].len, 1000 * round + i);
+			memcpy(shadow + x[i].off, x[i].host, x[i].len);
+		}
+		d0 = ld(&t->st.direct_bytes);
+		s0 = ld(&t->st.staged_bytes);
+		assert_int_equal(f->g->upload(t, x, N), 0);
+		assert_int_equal(ld(&t->st.direct_bytes) - d0, want_d);
+		assert_int_equal(ld(&t->st.staged_bytes) - s0, want_s);
+		memset(arena, 0xee, 2 * half);
+		memset(heap, 0xee, hsz);
+		assert_int_equal(t->ops->read(t, &px, 0, out, cap), 0);
+		assert_memory_equal(out, shadow, cap);
+
+		/* Down again into the same host ranges, one readv. */
+		for (int i = 0; i < N; i++)
+			io[i] = (struct kvfs_tier_io){ .ext = &px,
+						       .off = x[i].off,
+						       .len = x[i].len,
+						       .buf = x[i].host };
+		d0 = ld(&t->st.direct_bytes);
+		s0 = ld(&t->st.staged_bytes);
+		assert_int_equal(t->ops->readv(t, io, N), 0);
+		assert_int_equal(ld(&t->st.direct_bytes) - d0, want_d);
+		assert_int_equal(ld(&t->st.staged_bytes) - s0, want_s);
+		memset(hshadow, 0xee, hall);
+		for (int i = 0; i < N; i++) {
+			unsigned char *h = x[i].host;
+			uint64_t o = h >= heap && h < heap + hsz ?
+				     2 * half + (uint64_t)(h - heap) :
+				     (uint64_t)(h - arena);
+
+			assert_int_equal(io[i].res, 0);
+			memcpy(hshadow + o, shadow + x[i].off, x[i].len);
+		}
+		assert_memory_equal(arena, hshadow, 2 * half);
+		assert_memory_equal(heap, hshadow + 2 * half, hsz);
+
+		/* Host -> peer, then peer -> host. */
+		memcpy(y, x, sizeof(y));
+		for (int i = 0; i < N; i++) {
+			y[i].pool = NULL;
+			pat(y[i].host, y[i].len, 7000 * round + i);
+		}
+		memset(shadow, 0, cap);
+		tpeer_fill(&tp, 0, shadow, cap);
+		for (int i = 0; i < N; i++)
+			memcpy(shadow + y[i].peer_off, y[i].host, y[i].len);
+		assert_int_equal(f->g->peer_write(t, p, y, N), 0);
+		memset(arena, 0xee, 2 * half);
+		memset(heap, 0xee, hsz);
+		tpeer_get(&tp, 0, out, cap);
+		assert_memory_equal(out, shadow, cap);
+		assert_int_equal(f->g->peer_read(t, p, y, N), 0);
+		memset(hshadow, 0xee, hall);
+		for (int i = 0; i < N; i++) {
+			unsigned char *h = y[i].host;
+			uint64_t o = h >= heap && h < heap + hsz ?
+				     2 * half + (uint64_t)(h - heap) :
+				     (uint64_t)(h - arena);
+
+			memcpy(hshadow + o, shadow + y[i].peer_off,
+			       y[i].len);
+		}
+		assert_memory_equal(arena, hshadow, 2 * half);
+		assert_memory_equal(heap, hshadow + 2 * half, hsz);
+	}
+	f->g->peer_close(t, p);
+	tpeer_destroy(&tp);
+	t->ops->free(t, &px);
+	kvfs_tier_free(f->t);
+	f->t = NULL;
+	d->ops->free(d, &dx);
+	kvfs_tier_free(d);
+	free(heap);
+	free(shadow);
+	free(out);
+	free(hshadow);
+}
+
+/*
  * shm: registration changes nothing, and copies count neither direct nor
  * staged bytes.
  */
@@ -1793,6 +1966,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_direct_copies, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_shm_register_noop, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_mixed_batches, setup,
 						teardown),
 	};
 
