@@ -1018,13 +1018,24 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 	return -EBADMSG;
 }
 
-void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
-			     const struct kvfs_extent *ext)
+int kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
+			    const struct kvfs_extent *ext)
 {
 	struct kvfs_paccess a = { .now = kvfs_util_now_real() };
 
+	/* The delete sets DELETED, then makes the policy forget the block
+	 * under policy_lock: seen here under that lock, DELETED means the
+	 * forget is done or will follow this insert.  Once deleted, nothing
+	 * would take the node out of the policy again before the block is
+	 * freed, so a deleted block gets no DRAM copy.
+	 */
 	pthread_mutex_lock(&c->policy_lock);
 	pthread_mutex_lock(&b->lock);
+	if (atomic_load(&b->flags) & KVFS_B_DELETED) {
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&c->policy_lock);
+		return -ENOENT;
+	}
 	b->dram = *ext;
 	atomic_store(&b->dram_ptr, ext->ptr);
 	atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
@@ -1032,6 +1043,7 @@ void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
 	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
 	pthread_mutex_unlock(&c->policy_lock);
 	atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
+	return 0;
 }
 
 /*
@@ -1097,7 +1109,23 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		*priv_len = sx.len;
 		return 0;
 	}
-	kvfs_block_publish_dram(c, b, &ext);
+	if (kvfs_block_publish_dram(c, b, &ext)) {
+		/* Deleted meanwhile (still open): a reader gets its own
+		 * copy, a move or a pin has nothing left to do.
+		 */
+		rc = -ENOENT;
+		if (mode != KVFS_LOAD_READ)
+			goto out_free;
+		if (posix_memalign(&buf, KVFS_FMT_ALIGN, sx.len)) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		memcpy(buf, ext.ptr, sx.len);
+		dram->ops->free(dram, &ext);
+		*priv = buf;
+		*priv_len = sx.len;
+		return 0;
+	}
 	/* Promoted (or prefetched) hidden states are restored before a
 	 * reader asks: the read then finds the KV image in DRAM.
 	 */

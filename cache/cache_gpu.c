@@ -98,17 +98,10 @@ static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
 			 */
 			if (nocrc)
 				kvfs_img_seal(dx.ptr, b->size);
-			pthread_mutex_lock(&c->policy_lock);
-			pthread_mutex_lock(&b->lock);
-			b->dram = dx;
-			atomic_store(&b->dram_ptr, dx.ptr);
-			atomic_fetch_or(&b->tiers, KVFS_TIER_BIT_DRAM);
-			pthread_mutex_unlock(&b->lock);
-			struct kvfs_paccess a = { .now = kvfs_util_now_real() };
-			kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn,
-					   &a);
-			pthread_mutex_unlock(&c->policy_lock);
-			atomic_fetch_add(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
+			/* Not for a block deleted meanwhile. */
+			if (kvfs_block_publish_dram(c, b, &dx))
+				c->tier[KVFS_TIER_DRAM]->ops->free(
+					c->tier[KVFS_TIER_DRAM], &dx);
 		}
 		pthread_mutex_unlock(&b->io_lock);
 	}

@@ -338,9 +338,11 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
 /* Make @ext (a DRAM tier extent) @b's published DRAM copy and tell the
  * policy.  Caller holds b->io_lock and has seen no DRAM copy under it.
+ * -ENOENT, publishing nothing, when @b is deleted (the extent stays the
+ * caller's); 0 otherwise.
  */
-void kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
-			     const struct kvfs_extent *ext);
+int kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
+			    const struct kvfs_extent *ext);
 
 /* cache_gpu.c */
 struct kvfs_ctl_session;

@@ -596,8 +596,21 @@ static int job_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	if (!rc) {
 		atomic_fetch_add(&ssd->st.hits, 1);
 		atomic_fetch_add(&c->st_pipelined, 1);
-		if (keep)
-			kvfs_block_publish_dram(c, b, &ext);
+		if (keep && kvfs_block_publish_dram(c, b, &ext)) {
+			/* Deleted meanwhile: the waiters get the result
+			 * as their own copy.
+			 */
+			uint8_t *cp = aligned_alloc(KVFS_FMT_ALIGN, alen);
+
+			if (cp) {
+				memcpy(cp, dst, alen);
+				dram->ops->free(dram, &ext);
+				dst = cp;
+				keep = false;
+			} else {
+				rc = -ENOMEM;
+			}
+		}
 	}
 	pthread_mutex_unlock(&b->io_lock);
 	if (rs.rc && rs.gpu_failed) {

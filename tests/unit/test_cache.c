@@ -343,6 +343,62 @@ static void test_unlink_while_open(void **state)
 	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), -ENOENT);
 }
 
+/* A block only on the SSD, unlinked while open, then read: the load must
+ * not become a DRAM copy the policy tracks, since the delete already made
+ * the policy forget the block and nothing would ever remove it again.
+ * Its node would stay in the DRAM list after the block is freed (a leaf:
+ * nothing else holds it), and the next insert would walk into it.
+ */
+static void test_unlink_open_then_load(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t want[16384];
+	char name[KVFS_FMT_NAME_LEN + 1], leaf[KVFS_FMT_NAME_LEN + 1];
+	size_t n = make_block(f, 5, want, sizeof(want), name);
+	struct kvfs_block_info bi;
+	struct kvfs_reader r;
+	struct kvfs_block *b;
+	const void *p;
+	size_t k;
+
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_int_equal(put_block(f, 5, &b), 0);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	/* Four more, not yet durable, push the durable ones out of DRAM;
+	 * then they go again, so that block 5 is a leaf.
+	 */
+	for (int i = 6; i < 10; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	kvfs_block_info(b, &bi);
+	assert_false(bi.tiers & KVFS_TIER_BIT_DRAM);
+	for (int i = 9; i >= 6; i--) {
+		make_block(f, i, want, sizeof(want), leaf);
+		assert_int_equal(kvfs_cache_unlink(f->c, f->ns, leaf), 0);
+	}
+	make_block(f, 5, want, sizeof(want), name);
+
+	assert_int_equal(kvfs_cache_reader_init(f->c, &r, b), 0);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), 0);
+	assert_int_equal(kvfs_cache_read_begin(f->c, &r, 0, n, &p, &k), 0);
+	assert_int_equal(k, n);
+	assert_memory_equal(p, want, n);
+	kvfs_cache_read_end(f->c, &r);
+	kvfs_block_info(b, &bi);
+	assert_false(bi.tiers & KVFS_TIER_BIT_DRAM);
+	/* The last reference: the block is freed. */
+	kvfs_cache_reader_release(f->c, &r);
+
+	/* Inserts and evictions in the DRAM list after it. */
+	for (int i = 5; i < 12; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	for (int i = 5; i < 12; i++)
+		check_block(f, i);
+	assert_true(stat_of(f, "tier.dram.blocks") <= 4);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+}
+
 static void test_ssd_pressure(void **state)
 {
 	struct fx *f = *state;
@@ -443,6 +499,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_while_open, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_unlink_open_then_load,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ssd_pressure, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
