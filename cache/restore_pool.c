@@ -741,6 +741,11 @@ static int pool_down(struct kvfs_cache *c, struct kvfs_block *b)
 	pthread_mutex_unlock(&b->lock);
 	if (!gx.len)
 		return -ENOENT;
+	/* Restored meanwhile: no need to reserve DRAM (and evict for it). */
+	if (dram_is_kv(b)) {
+		atomic_fetch_sub(&b->leases, 1);
+		return 0;
+	}
 	if (kvfs_dram_reserve(c, b->size, &dx))
 		goto out_unlease;
 	if (gpu->ops->read(gpu, &gx, 0, dx.ptr, b->size))
