@@ -74,12 +74,25 @@ t_cmocka() {
 	fi
 }
 
+# fuse_unmount [-z] DIR: fusermount3 -u, or where the fuse3 package is
+# missing (a bare GPU host running a bundle as root) umount, which does
+# the same for root; -z is the lazy form.
+fuse_unmount() {
+	if command -v fusermount3 >/dev/null; then
+		fusermount3 -u "$@"
+	elif [ "$1" = -z ]; then
+		umount -l "$2"
+	else
+		umount "$1"
+	fi
+}
+
 kvfs_unmount() {
 	if mountpoint -q "$MNT" 2>/dev/null; then
-		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -u -z "$MNT"
+		fuse_unmount "$MNT" 2>/dev/null || fuse_unmount -z "$MNT"
 	elif grep -q " $MNT fuse" /proc/mounts; then
 		# A daemon killed with -9 leaves a dead mount behind.
-		fusermount3 -u -z "$MNT" 2>/dev/null
+		fuse_unmount -z "$MNT" 2>/dev/null
 	fi
 	if [ -n "$KVFS_PID" ]; then
 		# fusermount3 returns before the daemon has persisted the
