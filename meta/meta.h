@@ -90,7 +90,7 @@ struct kvfs_meta_blk {
 	uint8_t parent[KVFS_KEY_LEN];
 	uint32_t n_tokens;
 	uint32_t hdr_crc;  /* the block header's own CRC: ties extent to record */
-	uint64_t size;     /* logical file size */
+	uint64_t size;     /* the stored image (HIDDEN, MIXED: not the KV file) */
 	uint64_t ssd_off;  /* extent in the data file; 0 = none */
 	uint64_t ssd_len;  /* multiple of 4096 */
 	uint64_t start_pos;
