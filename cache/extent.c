@@ -132,6 +132,11 @@ int kvfs_extent_alloc(struct kvfs_extent_map *m, uint64_t len, uint64_t *off)
 		return -ENOSPC;
 	/* No overflow: len <= free_bytes <= size, a multiple of align. */
 	len = (len + m->align - 1) & ~(m->align - 1);
+	/* The slot this range's free may need, taken now while failing is
+	 * still clean.
+	 */
+	if (extent_reserve(m, m->n_used + 2))
+		return -ENOMEM;
 
 	for (size_t i = 0; i < m->n; i++) {
 		struct kvfs_extent_range *r = &m->r[i];
@@ -146,6 +151,7 @@ int kvfs_extent_alloc(struct kvfs_extent_map *m, uint64_t len, uint64_t *off)
 			r->len -= len;
 		}
 		m->free_bytes -= len;
+		m->n_used++;
 		return 0;
 	}
 	return -ENOSPC;
@@ -184,6 +190,8 @@ int kvfs_extent_free(struct kvfs_extent_map *m, uint64_t off, uint64_t len)
 			return err;
 	}
 	m->free_bytes += len;
+	if (m->n_used)
+		m->n_used--;
 	return 0;
 }
 
@@ -195,6 +203,10 @@ int kvfs_extent_claim(struct kvfs_extent_map *m, uint64_t off, uint64_t len)
 	int err;
 
 	err = extent_check(m, "claim", off, len);
+	if (err)
+		return err;
+	/* The split below and this range's free: see kvfs_extent_alloc(). */
+	err = extent_reserve(m, m->n_used + 2);
 	if (err)
 		return err;
 	i = extent_upper(m, off);
@@ -220,6 +232,7 @@ int kvfs_extent_claim(struct kvfs_extent_map *m, uint64_t off, uint64_t len)
 		extent_remove(m, i - 1);
 	}
 	m->free_bytes -= len;
+	m->n_used++;
 	return 0;
 
 out_used:

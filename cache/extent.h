@@ -19,6 +19,12 @@ struct kvfs_extent_range {
 struct kvfs_extent_map {
 	struct kvfs_extent_range *r; /* sorted by off, never adjacent */
 	size_t n, cap;
+	/* Ranges handed out by alloc or claim and not yet freed.  Free
+	 * ranges never outnumber them by more than one, so reserving
+	 * n_used + 1 slots when handing one out means a free never needs
+	 * memory.
+	 */
+	size_t n_used;
 	uint64_t base, size, align;
 	uint64_t free_bytes;
 };
@@ -31,12 +37,14 @@ int kvfs_extent_init(struct kvfs_extent_map *m, uint64_t base, uint64_t size,
 		     uint64_t align);
 void kvfs_extent_release(struct kvfs_extent_map *m);
 /* Allocate @len (rounded up to align), first fit (lowest offset).
- * 0 and *off, or -ENOSPC/-ENOMEM; -EINVAL for @len 0 (logged).
+ * 0 and *off, or -ENOSPC/-ENOMEM (the slot its free will need could not
+ * be reserved; the map is unchanged); -EINVAL for @len 0 (logged).
  */
 int kvfs_extent_alloc(struct kvfs_extent_map *m, uint64_t len, uint64_t *off);
 /* Free a range. 0, -EINVAL (outside, unaligned or empty), -EEXIST (some
- * part is already free: a double free, logged), -ENOMEM. On error the map
- * is unchanged.
+ * part is already free: a double free, logged). On error the map is
+ * unchanged. A free of what alloc or claim handed out never fails for
+ * lack of memory: they reserved its slot.
  */
 int kvfs_extent_free(struct kvfs_extent_map *m, uint64_t off, uint64_t len);
 /* Mark a specific range used. 0, -EINVAL (outside, unaligned or empty),

@@ -297,6 +297,46 @@ static void check_against_model(const struct kvfs_extent_map *m,
 	assert_int_equal(m->free_bytes, nfree * A);
 }
 
+/* Frees of what was handed out never grow the range array: alloc and
+ * claim reserved the slot, so a free cannot fail for lack of memory, even
+ * at the worst fragmentation (every other range freed).
+ */
+static void test_free_needs_no_memory(void **state)
+{
+	enum { K = 200 };
+	struct kvfs_extent_map m;
+	uint64_t off[K];
+	size_t cap;
+
+	assert_int_equal(kvfs_extent_init(&m, BASE, 2 * K * (uint64_t)A, A),
+			 0);
+	for (int i = 0; i < K; i++)
+		assert_int_equal(kvfs_extent_alloc(&m, A, &off[i]), 0);
+	/* Claimed ranges count too: the second half of the map. */
+	for (int i = 0; i < K; i++)
+		assert_int_equal(kvfs_extent_claim(&m, BASE + (uint64_t)(K + i) *
+							 A, A), 0);
+	cap = m.cap;
+	assert_true(cap >= 2 * K + 1);
+	for (int i = 0; i < K; i += 2)
+		assert_int_equal(kvfs_extent_free(&m, off[i], A), 0);
+	for (int i = K + 1; i < 2 * K; i += 2)
+		assert_int_equal(kvfs_extent_free(&m, BASE + (uint64_t)i * A,
+						  A), 0);
+	assert_int_equal(m.n, K);
+	assert_int_equal(m.cap, cap);
+	for (int i = 1; i < K; i += 2)
+		assert_int_equal(kvfs_extent_free(&m, off[i], A), 0);
+	for (int i = K; i < 2 * K; i += 2)
+		assert_int_equal(kvfs_extent_free(&m, BASE + (uint64_t)i * A,
+						  A), 0);
+	assert_int_equal(m.cap, cap);
+	assert_int_equal(m.n, 1);
+	assert_int_equal(m.free_bytes, 2 * K * (uint64_t)A);
+	assert_int_equal(m.n_used, 0);
+	kvfs_extent_release(&m);
+}
+
 static void test_random_vs_bitmap(void **state)
 {
 	struct kvfs_extent_map m;
@@ -370,6 +410,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_init_bad),
+		cmocka_unit_test(test_free_needs_no_memory),
 		cmocka_unit_test(test_alloc_rounds_and_advances),
 		cmocka_unit_test(test_free_merges),
 		cmocka_unit_test(test_first_fit),
