@@ -54,9 +54,14 @@ struct kvfs_ctl_session {
 	 * faulted in once, not per request. Taken by try-lock; a concurrent
 	 * request on the same descriptor stages in its own buffer.
 	 */
-	pthread_mutex_t stage_lock; /* guards stage, stage_len */
+	pthread_mutex_t stage_lock; /* guards stage, stage_len, stage_* */
 	uint8_t *stage;
 	size_t stage_len;
+	/* The stage is registered with the device tier (pinned), so its
+	 * copies to a cuda peer go by DMA without a second staging copy.
+	 * Tried once per session: the tier has room for a few regions only.
+	 */
+	bool stage_pinned, stage_pin_tried;
 	/* The client memory its last FETCH_CHUNKS wrote, kept open: an
 	 * engine reuses one buffer, and mapping it anew per request costs
 	 * more than a sparse fetch. Taken by try-lock like the stage.
@@ -182,6 +187,33 @@ void kvfs_ctl_flush(struct kvfs_ctl_session *s, int tid)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Pin the session's new stage for DMA to a cuda peer (see stage_pinned).
+ * Caller holds s->stage_lock.  A failure is the tier's log line, once.
+ */
+static void stage_pin(struct kvfs_cache *c, struct kvfs_ctl_session *s)
+{
+	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+
+	if (!s->stage || s->stage_pin_tried || !gpu || !c->gops->host_register ||
+	    strcmp(gpu->ops->name, "cuda"))
+		return;
+	s->stage_pin_tried = true;
+	s->stage_pinned = c->gops->host_register(gpu, s->stage,
+						 s->stage_len) == 0;
+	/* A later, larger stage may be pinned in its place. */
+	if (s->stage_pinned)
+		s->stage_pin_tried = false;
+}
+
+/* Caller holds s->stage_lock, or is the session's last user. */
+static void stage_unpin(struct kvfs_cache *c, struct kvfs_ctl_session *s)
+{
+	if (!s->stage_pinned)
+		return;
+	c->gops->host_unregister(c->tier[KVFS_TIER_GPU], s->stage);
+	s->stage_pinned = false;
+}
+
 void kvfs_ctl_close(struct kvfs_ctl_session *s)
 {
 	struct kvfs_cache *c;
@@ -208,6 +240,7 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s)
 	if (s->peer)
 		c->gops->peer_close(c->tier[KVFS_TIER_GPU], s->peer);
 	pthread_mutex_destroy(&s->peer_lock);
+	stage_unpin(c, s);
 	free(s->stage);
 	free(s->l);
 	free(s->rg);
@@ -1328,11 +1361,13 @@ static int op_fetch_chunks(struct ctx *x)
 		/* no staging */
 	} else if (pthread_mutex_trylock(&x->s->stage_lock) == 0) {
 		if (x->s->stage_len < need) {
+			stage_unpin(x->c, x->s);
 			free(x->s->stage);
 			if (posix_memalign((void **)&x->s->stage,
 					   KVFS_FMT_ALIGN, need))
 				x->s->stage = NULL;
 			x->s->stage_len = x->s->stage ? need : 0;
+			stage_pin(x->c, x->s);
 		}
 		stage = x->s->stage;
 		own_stage = !stage;

@@ -53,5 +53,12 @@ t_check "malformed chunk requests were logged" grep -q "ctl: malformed request" 
 t_cmocka hidden "$CLIENT" hcheck "$MNT"
 t_check "the hidden-state chunks read less than they deliver" test "$(kvfs_stat chunk.read_amplification_milli)" -lt 1000
 t_check "no checksum failures" sh -c "! grep -q 'failed its checksum\|fails verification' '$STORE/kvfs.log'"
+if [ "$backend" = cuda ]; then
+	# Each session's staging buffer for chunks bound for device memory
+	# is pinned, so those copies go by DMA (this script FETCHes no whole
+	# blocks, so the DRAM arena's direct uploads do not count here).
+	t_check "chunks reached device memory by DMA from a pinned stage" \
+		test "$(kvfs_stat tier.gpu.direct_bytes)" -gt 0
+fi
 t_check "clean unmount" kvfs_unmount
 t_done
