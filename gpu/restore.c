@@ -903,26 +903,37 @@ static int args_bad(const char *why)
 	return -EINVAL;
 }
 
+const char *kvfs_restore_request_why(const struct kvfs_restore_model *m,
+				     uint16_t x_dtype, uint64_t start_pos,
+				     uint32_t n_tokens, uint32_t chunk_tokens,
+				     uint16_t kv_dtype)
+{
+	if (!dtype_size(x_dtype))
+		return "unknown hidden-state dtype";
+	if (!dtype_size(kv_dtype))
+		return "unknown KV dtype";
+	if (!n_tokens || n_tokens > INT32_MAX)
+		return "n_tokens out of range";
+	if (!chunk_tokens)
+		return "chunk_tokens is 0";
+	if (start_pos > MAX_POS || n_tokens > MAX_POS - start_pos)
+		return "positions beyond 2^53";
+	if (!kvfs_restore_hidden_layer_bytes(m, n_tokens, chunk_tokens,
+					     x_dtype) ||
+	    !kvfs_restore_kv_layer_bytes(m, n_tokens, chunk_tokens, kv_dtype))
+		return "payload size overflows";
+	return NULL;
+}
+
 static int check_args(const struct kvfs_restore *r, uint16_t x_dtype,
 		      uint64_t start_pos, uint32_t n_tokens,
 		      uint32_t chunk_tokens, uint16_t kv_dtype)
 {
-	if (!dtype_size(x_dtype))
-		return args_bad("unknown hidden-state dtype");
-	if (!dtype_size(kv_dtype))
-		return args_bad("unknown KV dtype");
-	if (!n_tokens || n_tokens > INT32_MAX)
-		return args_bad("n_tokens out of range");
-	if (!chunk_tokens)
-		return args_bad("chunk_tokens is 0");
-	if (start_pos > MAX_POS || n_tokens > MAX_POS - start_pos)
-		return args_bad("positions beyond 2^53");
-	if (!kvfs_restore_hidden_layer_bytes(&r->m, n_tokens, chunk_tokens,
-					     x_dtype) ||
-	    !kvfs_restore_kv_layer_bytes(&r->m, n_tokens, chunk_tokens,
-					 kv_dtype))
-		return args_bad("payload size overflows");
-	return 0;
+	const char *why = kvfs_restore_request_why(&r->m, x_dtype, start_pos,
+						   n_tokens, chunk_tokens,
+						   kv_dtype);
+
+	return why ? args_bad(why) : 0;
 }
 
 static int do_layer(const struct kvfs_restore *r, struct kvfs_restore_ws *ws,

@@ -180,6 +180,18 @@ uint64_t kvfs_restore_kv_layer_bytes(const struct kvfs_restore_model *m,
 				     uint16_t dtype);
 
 /*
+ * kvfs_restore_request_why() - what is wrong with a restoration request
+ * of @n_tokens at @start_pos in chunks of @chunk_tokens, hidden states in
+ * @x_dtype and KV out in @kv_dtype, under model @m; shared by the CPU and
+ * the GPU paths, which log it with their own prefix.
+ * Returns NULL when it is acceptable, else a short reason.  Pure.
+ */
+const char *kvfs_restore_request_why(const struct kvfs_restore_model *m,
+				     uint16_t x_dtype, uint64_t start_pos,
+				     uint32_t n_tokens, uint32_t chunk_tokens,
+				     uint16_t kv_dtype);
+
+/*
  * kvfs_restore_layer() - rebuild one layer.
  * @r, @ws:        the model; a workspace or NULL (then one is allocated
  *                 and freed inside the call).

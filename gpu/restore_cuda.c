@@ -105,7 +105,6 @@ _Static_assert((int)KVFS_RC_F16 == (int)KVFS_DTYPE_F16 &&
 	       (int)KVFS_RC_F8_E4M3 == (int)KVFS_DTYPE_F8_E4M3,
 	       "kernel dtype codes follow meta/fmt.h");
 
-#define MAX_POS (1ull << 53)
 #define PROF_RUNS 5
 
 /* ---------------------------------------------------------- cuBLAS */
@@ -863,6 +862,8 @@ static int check_args(const struct kvfs_restore_cuda *rc, uint16_t x_dtype,
 		      uint64_t start_pos, uint32_t n_tokens,
 		      uint32_t chunk_tokens, uint16_t kv_dtype, unsigned flags)
 {
+	const char *why;
+
 	if (flags & ~(unsigned)(KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED |
 				KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED))
 		return req_bad("unknown flags");
@@ -870,22 +871,9 @@ static int check_args(const struct kvfs_restore_cuda *rc, uint16_t x_dtype,
 		return req_bad("hidden payload both device and pinned");
 	if ((flags & KVFS_RC_KV_DEVICE) && (flags & KVFS_RC_KV_PINNED))
 		return req_bad("KV payload both device and pinned");
-	if (!dtype_size(x_dtype))
-		return req_bad("unknown hidden-state dtype");
-	if (!dtype_size(kv_dtype))
-		return req_bad("unknown KV dtype");
-	if (!n_tokens || n_tokens > INT32_MAX)
-		return req_bad("n_tokens out of range");
-	if (!chunk_tokens)
-		return req_bad("chunk_tokens is 0");
-	if (start_pos > MAX_POS || n_tokens > MAX_POS - start_pos)
-		return req_bad("positions beyond 2^53");
-	if (!kvfs_restore_hidden_layer_bytes(&rc->m, n_tokens, chunk_tokens,
-					     x_dtype) ||
-	    !kvfs_restore_kv_layer_bytes(&rc->m, n_tokens, chunk_tokens,
-					 kv_dtype))
-		return req_bad("payload size overflows");
-	return 0;
+	why = kvfs_restore_request_why(&rc->m, x_dtype, start_pos, n_tokens,
+				       chunk_tokens, kv_dtype);
+	return why ? req_bad(why) : 0;
 }
 
 /*
