@@ -459,6 +459,50 @@ const struct spec ckpt_llama_linear_f16 = {
 const uint16_t ckpt_kv_dtypes[4] = { KVFS_DTYPE_F32, KVFS_DTYPE_BF16,
 				     KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 };
 
+#define ALL_KV                                                             \
+	{ KVFS_DTYPE_F32, KVFS_DTYPE_BF16, KVFS_DTYPE_F16,                 \
+	  KVFS_DTYPE_F8_E4M3 }
+
+/* 37 tokens in chunks of 16 leave a last chunk of 5; positions 0 and past
+ * 2^32 check RoPE's ends.
+ */
+const struct ckpt_case ckpt_case_mha_f32 = {
+	&ckpt_llama_mha_f32, 1,
+	{ { KVFS_DTYPE_F32, 37, 16, 1000, ALL_KV },
+	  { KVFS_DTYPE_F32, 16, 16, 0, { KVFS_DTYPE_F32 } },
+	  { KVFS_DTYPE_F32, 3, 4, 1ull << 33, { KVFS_DTYPE_F32 } } },
+};
+const struct ckpt_case ckpt_case_gqa_bf16 = {
+	&ckpt_llama_gqa_bf16, 2,
+	{ { KVFS_DTYPE_BF16, 37, 16, 1000, ALL_KV },
+	  { KVFS_DTYPE_F16, 50, 64, 4096 + 7, { KVFS_DTYPE_BF16 } } },
+};
+const struct ckpt_case ckpt_case_linear_f16 = {
+	&ckpt_llama_linear_f16, 3,
+	{ { KVFS_DTYPE_F16, 9, 4, 777, { KVFS_DTYPE_F32, KVFS_DTYPE_F16 } } },
+};
+const struct ckpt_case ckpt_case_qwen2 = {
+	&ckpt_qwen2_bias, 4,
+	{ { KVFS_DTYPE_BF16, 37, 16, 1000, { KVFS_DTYPE_BF16, KVFS_DTYPE_F32 } },
+	  { KVFS_DTYPE_F16, 20, 8, 31,
+	    { KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 } } },
+};
+
+void ckpt_case_run(const struct ckpt_case *t, const struct refmodel *rm,
+		   void (*fn)(void *arg, const struct refmodel *rm,
+			      const struct block *b, uint16_t kdt),
+		   void *arg)
+{
+	struct block b;
+
+	for (const struct ckpt_block *g = t->b; g->n; g++) {
+		make_block(&b, rm, g->hdt, g->n, g->c, g->pos);
+		for (const uint16_t *k = g->kdt; *k; k++)
+			fn(arg, rm, &b, *k);
+		free_block(&b);
+	}
+}
+
 static char ck_dir[64];
 static char ck_log[80];
 

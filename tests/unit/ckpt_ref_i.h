@@ -109,6 +109,35 @@ extern const struct spec ckpt_llama_linear_f16; /* F16, linear RoPE */
 /* Every KV output dtype: f32, bf16, f16, f8_e4m3. */
 extern const uint16_t ckpt_kv_dtypes[4];
 
+/*
+ * The blocks both suites restore for a model: @n tokens in chunks of @c at
+ * @pos, hidden states in @hdt, each into every KV dtype of @kdt (a 0 ends
+ * the list).  A 0 @n ends a case's blocks.
+ */
+struct ckpt_block {
+	uint16_t hdt;
+	uint32_t n, c;
+	uint64_t pos;
+	uint16_t kdt[5];
+};
+
+struct ckpt_case {
+	const struct spec *spec;
+	uint64_t seed;
+	struct ckpt_block b[4];
+};
+
+extern const struct ckpt_case ckpt_case_mha_f32, ckpt_case_gqa_bf16,
+	ckpt_case_linear_f16, ckpt_case_qwen2;
+
+/* For each block of @t: make it from @rm (the model of @t->spec) and call
+ * @fn(@arg, @rm, block, kdt) for each of its KV dtypes.
+ */
+void ckpt_case_run(const struct ckpt_case *t, const struct refmodel *rm,
+		   void (*fn)(void *arg, const struct refmodel *rm,
+			      const struct block *b, uint16_t kdt),
+		   void *arg);
+
 /* Create a temp dir /tmp/kvfs-test-@tag-XXXXXX, open the kvfs log at the
  * dir's name + ".log" and give BLAS 2 threads.  For a cmocka group
  * setup; returns 0, else -1 or -errno.

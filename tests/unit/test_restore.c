@@ -111,65 +111,50 @@ static void restore_and_check(const struct kvfs_restore *r,
 
 /* ------------------------------------------------------------ tests */
 
-static void test_llama_mha_f32(void **state)
+static void check_cb(void *arg, const struct refmodel *rm,
+		     const struct block *b, uint16_t kdt)
+{
+	restore_and_check(arg, rm, b, kdt);
+}
+
+/* Load @t's model from @file and restore its blocks; the resident weight
+ * bytes must be @mem_bytes.
+ */
+static void run_case(const struct ckpt_case *t, const char *file,
+		     uint64_t mem_bytes)
 {
 	struct refmodel rm;
 	struct kvfs_restore *r;
-	struct block b;
 
-	make_model(&rm, &ckpt_llama_mha_f32, 1);
-	r = ckpt_load(&rm, "llama_mha.safetensors", 0);
-	/* F32 weights, 8-aligned data: K/V used in place, only norms copied */
-	assert_int_equal(kvfs_restore_mem_bytes(r), 2 * 32 * 4);
-	/* 37 tokens in chunks of 16: the last chunk holds 5 */
-	make_block(&b, &rm, KVFS_DTYPE_F32, 37, 16, 1000);
-	for (size_t i = 0; i < 4; i++)
-		restore_and_check(r, &rm, &b, ckpt_kv_dtypes[i]);
-	free_block(&b);
-	/* position 0 and a large one */
-	make_block(&b, &rm, KVFS_DTYPE_F32, 16, 16, 0);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
-	free_block(&b);
-	make_block(&b, &rm, KVFS_DTYPE_F32, 3, 4, 1ull << 33);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
-	free_block(&b);
+	make_model(&rm, t->spec, t->seed);
+	r = ckpt_load(&rm, file, 0);
+	assert_int_equal(kvfs_restore_mem_bytes(r), mem_bytes);
+	ckpt_case_run(t, &rm, check_cb, r);
 	kvfs_restore_free(r);
 	free_model(&rm);
 }
 
+static void test_llama_mha_f32(void **state)
+{
+	/* F32 weights, 8-aligned data: K/V used in place, only norms copied */
+	run_case(&ckpt_case_mha_f32, "llama_mha.safetensors", 2 * 32 * 4);
+}
+
 static void test_llama_gqa_bf16_llama3(void **state)
 {
-	struct refmodel rm;
-	struct kvfs_restore *r;
-	struct block b;
-
-	make_model(&rm, &ckpt_llama_gqa_bf16, 2);
-	r = ckpt_load(&rm, "llama_gqa.safetensors", 0);
 	/* norms + converted K and V: 3 * (48 + 2 * 16 * 48) floats */
-	assert_int_equal(kvfs_restore_mem_bytes(r), 3 * (48 + 2 * 16 * 48) * 4);
-	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
-	for (size_t i = 0; i < 4; i++)
-		restore_and_check(r, &rm, &b, ckpt_kv_dtypes[i]);
-	free_block(&b);
-	make_block(&b, &rm, KVFS_DTYPE_F16, 50, 64, 4096 + 7);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
-	free_block(&b);
-	kvfs_restore_free(r);
-	free_model(&rm);
+	run_case(&ckpt_case_gqa_bf16, "llama_gqa.safetensors",
+		 3 * (48 + 2 * 16 * 48) * 4);
 }
 
 static void test_llama_linear_rope(void **state)
 {
 	struct refmodel rm;
 	struct kvfs_restore *r;
-	struct block b;
 
-	make_model(&rm, &ckpt_llama_linear_f16, 3);
+	make_model(&rm, ckpt_case_linear_f16.spec, ckpt_case_linear_f16.seed);
 	r = ckpt_load(&rm, "llama_lin.safetensors", 0);
-	make_block(&b, &rm, KVFS_DTYPE_F16, 9, 4, 777);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F16);
-	free_block(&b);
+	ckpt_case_run(&ckpt_case_linear_f16, &rm, check_cb, r);
 	kvfs_restore_free(r);
 	free_model(&rm);
 }
@@ -179,11 +164,10 @@ static void test_qwen2_sharded(void **state)
 {
 	struct refmodel rm;
 	struct kvfs_restore *r = NULL;
-	struct block b;
 	size_t half;
 	FILE *f;
 
-	make_model(&rm, &ckpt_qwen2_bias, 4);
+	make_model(&rm, ckpt_case_qwen2.spec, ckpt_case_qwen2.seed);
 	half = rm.nt / 2;
 	write_checkpoint(ckpt_path("q-00001-of-00002.safetensors"), rm.t,
 			 half);
@@ -200,13 +184,7 @@ static void test_qwen2_sharded(void **state)
 	assert_int_equal(kvfs_restore_load(&rm.m,
 					   ckpt_path("model.safetensors.index.json"),
 					   0, &r), 0);
-	make_block(&b, &rm, KVFS_DTYPE_BF16, 37, 16, 1000);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_BF16);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F32);
-	free_block(&b);
-	make_block(&b, &rm, KVFS_DTYPE_F16, 20, 8, 31);
-	restore_and_check(r, &rm, &b, KVFS_DTYPE_F16);
-	free_block(&b);
+	ckpt_case_run(&ckpt_case_qwen2, &rm, check_cb, r);
 	kvfs_restore_free(r);
 	free_model(&rm);
 }

@@ -248,105 +248,65 @@ static void test_no_device(void **state)
 
 /* --------------------------------------------------- against the CPU */
 
-/*
- * GPU against CPU for one model: blocks of @n tokens in chunks of @c at
- * @pos, hidden states in @hdt, each restored into every KV dtype listed
- * (0 ends the list).
- */
-struct gvc_block {
-	uint16_t hdt;
-	uint32_t n, c;
-	uint64_t pos;
-	uint16_t kdt[5];
-};
-
-struct gvc_case {
-	const struct spec *spec;
-	uint64_t seed;
-	const char *file;
-	uint64_t mem_bytes; /* device bytes of the weights, 0: not checked */
-	struct gvc_block b[4];
-};
-
-static void run_gvc(const struct gvc_case *t)
-{
+struct gvc {
 	struct kvfs_restore_cuda *rc;
+	const struct kvfs_restore *r;
+};
+
+static void gvc_cb(void *arg, const struct refmodel *rm,
+		   const struct block *b, uint16_t kdt)
+{
+	struct gvc *g = arg;
+
+	gpu_vs_cpu(g->rc, g->r, rm, b, kdt);
+}
+
+/* The GPU against the CPU on @t's blocks; @mem_bytes (0: unchecked) are
+ * the device bytes of the weights.
+ */
+static void run_case(const struct ckpt_case *t, const char *file,
+		     uint64_t mem_bytes)
+{
 	struct kvfs_restore *r;
 	struct refmodel rm;
-	struct block b;
+	struct gvc g;
 
 	make_model(&rm, t->spec, t->seed);
-	r = ckpt_load(&rm, t->file, 0);
-	rc = gpu_init(r, 0);
-	if (t->mem_bytes)
-		assert_int_equal(kvfs_restore_cuda_mem_bytes(rc), t->mem_bytes);
-	for (const struct gvc_block *g = t->b; g->n; g++) {
-		make_block(&b, &rm, g->hdt, g->n, g->c, g->pos);
-		for (const uint16_t *k = g->kdt; *k; k++)
-			gpu_vs_cpu(rc, r, &rm, &b, *k);
-		free_block(&b);
-	}
-	kvfs_restore_cuda_free(rc);
+	r = ckpt_load(&rm, file, 0);
+	g.r = r;
+	g.rc = gpu_init(r, 0);
+	if (mem_bytes)
+		assert_int_equal(kvfs_restore_cuda_mem_bytes(g.rc), mem_bytes);
+	ckpt_case_run(t, &rm, gvc_cb, &g);
+	kvfs_restore_cuda_free(g.rc);
 	kvfs_restore_free(r);
 	free_model(&rm);
 }
 
-/* ckpt_kv_dtypes, as an initializer */
-#define ALL_KV_DTYPES                                                      \
-	{ KVFS_DTYPE_F32, KVFS_DTYPE_BF16, KVFS_DTYPE_F16,                 \
-	  KVFS_DTYPE_F8_E4M3 }
-
 static void test_llama_mha_f32(void **state)
 {
-	/* norms + K/V f32 + inv_freq: 2 * (32 + 2 * 32 * 32) * 4 + 4 * 8 */
-	static const struct gvc_case t = {
-		&ckpt_llama_mha_f32, 1, "mha.safetensors",
-		2 * (32 + 2 * 32 * 32) * 4 + 4 * 8,
-		{ { KVFS_DTYPE_F32, 37, 16, 1000, ALL_KV_DTYPES },
-		  { KVFS_DTYPE_F32, 16, 16, 0, { KVFS_DTYPE_F32 } },
-		  { KVFS_DTYPE_F32, 3, 4, 1ull << 33, { KVFS_DTYPE_F32 } } },
-	};
-
 	NEED_GPU();
-	run_gvc(&t);
+	/* norms + K/V f32 + inv_freq: 2 * (32 + 2 * 32 * 32) * 4 + 4 * 8 */
+	run_case(&ckpt_case_mha_f32, "mha.safetensors",
+		 2 * (32 + 2 * 32 * 32) * 4 + 4 * 8);
 }
 
 static void test_llama_gqa_bf16_llama3(void **state)
 {
-	static const struct gvc_case t = {
-		&ckpt_llama_gqa_bf16, 2, "gqa.safetensors", 0,
-		{ { KVFS_DTYPE_BF16, 37, 16, 1000, ALL_KV_DTYPES },
-		  { KVFS_DTYPE_F16, 50, 64, 4096 + 7, { KVFS_DTYPE_BF16 } } },
-	};
-
 	NEED_GPU();
-	run_gvc(&t);
+	run_case(&ckpt_case_gqa_bf16, "gqa.safetensors", 0);
 }
 
 static void test_llama_linear_rope(void **state)
 {
-	static const struct gvc_case t = {
-		&ckpt_llama_linear_f16, 3, "lin.safetensors", 0,
-		{ { KVFS_DTYPE_F16, 9, 4, 777,
-		    { KVFS_DTYPE_F32, KVFS_DTYPE_F16 } } },
-	};
-
 	NEED_GPU();
-	run_gvc(&t);
+	run_case(&ckpt_case_linear_f16, "lin.safetensors", 0);
 }
 
 static void test_qwen2_bias(void **state)
 {
-	static const struct gvc_case t = {
-		&ckpt_qwen2_bias, 4, "qwen2.safetensors", 0,
-		{ { KVFS_DTYPE_BF16, 37, 16, 1000,
-		    { KVFS_DTYPE_BF16, KVFS_DTYPE_F32 } },
-		  { KVFS_DTYPE_F16, 20, 8, 31,
-		    { KVFS_DTYPE_F16, KVFS_DTYPE_F8_E4M3 } } },
-	};
-
 	NEED_GPU();
-	run_gvc(&t);
+	run_case(&ckpt_case_qwen2, "qwen2.safetensors", 0);
 }
 
 /* A lazily loaded checkpoint hands the GPU its mapped bf16 tensors: the
