@@ -509,7 +509,24 @@ def _blocks(out, with_data=False):
 
 # ------------------------------------------------------- peers and syncs
 
-class Peer:
+class _Closing:
+    """``with`` support and a best-effort close at collection, for the
+    classes that own a native resource (they define ``close()``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Peer(_Closing):
     """A POSIX shm region of this process's for FETCH_INTO and SAVE.
 
     ``buf`` is a writable memoryview of its ``size`` bytes; ``mem`` is
@@ -539,20 +556,8 @@ class Peer:
             _load().kvfs_client_peer_release(ctypes.byref(self._p))
             self._p = None
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Sync:
+class Sync(_Closing):
     """FETCH_INTO's completion word (a one-page shm object of its own)."""
 
     def __init__(self):
@@ -584,18 +589,6 @@ class Sync:
         if self._s is not None:
             _load().kvfs_client_sync_release(ctypes.byref(self._s))
             self._s = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Job:
@@ -630,7 +623,7 @@ class Job:
 
 # ---------------------------------------------------------------- client
 
-class Client:
+class Client(_Closing):
     """A client on the kvfs mounted at ``mnt`` (opens MNT/.kvfs/ctl).
 
     Thread-safe. Closing it (``close()``, ``with``, or process exit)
@@ -649,18 +642,6 @@ class Client:
         if self._c:
             _load().kvfs_client_close(self._c)
             self._c = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self):
         if not self._c:
