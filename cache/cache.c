@@ -1049,9 +1049,10 @@ int kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
 /*
  * Load @b from the SSD (io_uring, O_DIRECT, verified). @mode says where
  * the copy goes:
- *   KVFS_LOAD_READ   into DRAM if the policy admits it there and room can
- *                    be made, else into a private buffer returned in
- *                    *priv (the reader's own copy);
+ *   KVFS_LOAD_READ   into DRAM if the policy admits it there (a block
+ *                    pinned in DRAM always is) and room can be made, else
+ *                    into a private buffer returned in *priv (the
+ *                    reader's own copy);
  *   KVFS_LOAD_PIN    into DRAM, evicting others if needed, or -ENOSPC;
  *   KVFS_LOAD_MOVE   into DRAM only if it has free room now (promotion
  *                    never grows the upper tier), else -ENOSPC;
@@ -1080,12 +1081,8 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 			 b->ino);
 		return rc;
 	}
-	if (mode == KVFS_LOAD_READ) {
-		pthread_mutex_lock(&c->policy_lock);
-		admit = kvfs_policy_admit(c->policy, KVFS_TIER_SSD,
-					  KVFS_TIER_DRAM, &b->pn);
-		pthread_mutex_unlock(&c->policy_lock);
-	}
+	if (mode == KVFS_LOAD_READ)
+		admit = kvfs_block_dram_admit(c, b, KVFS_TIER_SSD);
 	if (mode == KVFS_LOAD_MOVE)
 		rc = dram->ops->alloc(dram, sx.len, &ext);
 	else if (admit && mode != KVFS_LOAD_PRIV)
@@ -1278,10 +1275,32 @@ static int record_update(struct kvfs_cache *c, struct kvfs_block *b)
 	return kvfs_meta_txn_commit(t);
 }
 
-int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
+int kvfs_block_pin_load(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	struct kvfs_reader r;
-	unsigned bit;
+	int rc;
+
+	if (atomic_load(&b->dram_ptr))
+		return 0;
+	/* Held open across the load, so that a delete meanwhile cannot
+	 * free the block under it.
+	 */
+	kvfs_block_get_ref(b);
+	rc = kvfs_cache_reader_init(c, &r, b);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&b->io_lock);
+	rc = atomic_load(&b->dram_ptr)
+		     ? 0
+		     : kvfs_block_load(c, b, KVFS_LOAD_PIN, NULL, NULL);
+	pthread_mutex_unlock(&b->io_lock);
+	kvfs_cache_reader_release(c, &r);
+	return rc;
+}
+
+int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
+{
+	unsigned bit, old;
 	int rc = 0;
 
 	if (tier < 0 || tier >= KVFS_NTIERS || !c->tier[tier]) {
@@ -1294,11 +1313,9 @@ int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
 		/* The pool does not survive a restart; neither does this pin,
 		 * so it is not recorded.
 		 */
-		atomic_fetch_or(&b->pins, bit);
+		old = atomic_fetch_or(&b->pins, bit);
 		rc = kvfs_gpu_load(c, &b, 1, 0);
-		if (rc)
-			atomic_fetch_and(&b->pins, ~bit);
-		return rc;
+		goto out_undo;
 	}
 	if (tier == KVFS_TIER_SSD) {
 		rc = kvfs_cache_sync(c, b);
@@ -1308,29 +1325,21 @@ int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier)
 	/* Pin first so that eviction skips the block from now on, then make
 	 * sure it is resident.
 	 */
-	atomic_fetch_or(&b->pins, bit);
-	if (tier == KVFS_TIER_DRAM && !atomic_load(&b->dram_ptr)) {
-		kvfs_block_get_ref(b);
-		rc = kvfs_cache_reader_init(c, &r, b);
-		if (rc) {
-			atomic_fetch_and(&b->pins, ~bit);
-			return rc;
-		}
-		pthread_mutex_lock(&b->io_lock);
-		rc = atomic_load(&b->dram_ptr)
-			     ? 0
-			     : kvfs_block_load(c, b, KVFS_LOAD_PIN, NULL, NULL);
-		pthread_mutex_unlock(&b->io_lock);
-		kvfs_cache_reader_release(c, &r);
-		if (rc) {
-			atomic_fetch_and(&b->pins, ~bit);
-			return rc;
-		}
+	old = atomic_fetch_or(&b->pins, bit);
+	if (tier == KVFS_TIER_DRAM) {
+		rc = kvfs_block_pin_load(c, b);
+		if (rc)
+			goto out_undo;
 	}
 	pthread_mutex_lock(&c->meta_lock);
 	rc = record_update(c, b);
 	pthread_mutex_unlock(&c->meta_lock);
-	if (rc)
+out_undo:
+	/* A failed pin takes back only what it added: a DRAM pin recorded
+	 * before, one a restart could not load yet, is the admin's and
+	 * stays.
+	 */
+	if (rc && !(old & bit))
 		atomic_fetch_and(&b->pins, ~bit);
 	return rc;
 }
@@ -1370,8 +1379,36 @@ void kvfs_cache_fsinfo(struct kvfs_cache *c, struct kvfs_cache_fsinfo *fi)
 	fi->blocks = atomic_load(&c->nblocks);
 }
 
+/*
+ * Blocks pinned in DRAM, and of those the ones without a DRAM copy now (a
+ * pin kept across a restart that could not load them).  Counted when
+ * asked: pins change in several places, a walk over the listings cannot
+ * drift from them.
+ */
+static void dram_pin_counts(struct kvfs_cache *c, uint64_t *pinned,
+			    uint64_t *waiting)
+{
+	*pinned = *waiting = 0;
+	for (size_t i = 0; i < c->n_ns; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+
+		pthread_rwlock_rdlock(&ns->lock);
+		for (size_t j = 0; j < ns->n; j++) {
+			struct kvfs_block *b = ns->blocks[j];
+
+			if (!(atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM))
+				continue;
+			(*pinned)++;
+			if (!(atomic_load(&b->tiers) & KVFS_TIER_BIT_DRAM))
+				(*waiting)++;
+		}
+		pthread_rwlock_unlock(&ns->lock);
+	}
+}
+
 int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 {
+	uint64_t pins, waiting;
 	char *s = NULL;
 	size_t n = 0;
 	FILE *f = open_memstream(&s, &n);
@@ -1418,6 +1455,9 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 	CS("cache.deletes", atomic_load(&c->st_deletes));
 	CS("cache.lookup_misses", atomic_load(&c->st_lookups_missing));
 	CS("cache.checksum_errors", atomic_load(&c->st_csum_errors));
+	dram_pin_counts(c, &pins, &waiting);
+	CS("cache.dram_pins", pins);
+	CS("cache.dram_pins_waiting", waiting);
 	CS("writeback.queued", queued);
 	CS("writeback.batches", atomic_load(&c->st_wb_batches));
 	CS("writeback.blocks", atomic_load(&c->st_wb_blocks));

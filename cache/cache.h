@@ -215,6 +215,9 @@ int kvfs_cache_unlink(struct kvfs_cache *c, struct kvfs_ns *ns,
 		      const char *name);
 /* Pin in @tier (KVFS_TIER_DRAM or _SSD), loading/persisting as needed.
  * -EINVAL (tier not configured), -ENOSPC (no room even after eviction).
+ * A failed pin takes back only a pin it added: one the block already had
+ * (a DRAM pin recorded earlier, perhaps waiting for room since a restart)
+ * stays, recorded.
  */
 int kvfs_cache_pin(struct kvfs_cache *c, struct kvfs_block *b, int tier);
 /* Remove all pins. */

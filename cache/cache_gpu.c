@@ -79,7 +79,12 @@ static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
 	int rc;
 
 	pthread_mutex_lock(&c->policy_lock);
-	admit = kvfs_policy_admit(c->policy, KVFS_TIER_GPU, KVFS_TIER_DRAM,
+	/* A DRAM pin still waiting for its block (kvfs_block_dram_admit())
+	 * takes the copy whatever the policy says; that helper takes
+	 * policy_lock itself, hence the test inline.
+	 */
+	admit = (atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM) ||
+		kvfs_policy_admit(c->policy, KVFS_TIER_GPU, KVFS_TIER_DRAM,
 				  &b->pn);
 	rc = gpu_unpublish(c, b, &gx, &nocrc);
 	pthread_mutex_unlock(&c->policy_lock);

@@ -139,7 +139,13 @@ struct kvfs_block {
 	atomic_int readers;     /* in-flight users of dram_ptr */
 	atomic_int opens;       /* open read handles: never evicted */
 	atomic_uint flags;      /* enum kvfs_bflag; changed under b->lock */
-	atomic_uint pins;       /* enum kvfs_tier_bit */
+	/* enum kvfs_tier_bit.  The admin's pins, as recorded: a DRAM pin
+	 * does not mean a DRAM copy.  A pin kept across a restart that could
+	 * not load the block (DRAM lowered, an I/O error) waits for the next
+	 * load into DRAM (a read, a promotion, a later start); from then on
+	 * eviction skips the copy.  tiers says what is resident.
+	 */
+	atomic_uint pins;
 	atomic_uint tiers;      /* enum kvfs_tier_bit; changed under b->lock */
 	atomic_uint category;
 	/* Published DRAM copy, or NULL.  For a block stored as hidden
@@ -336,6 +342,37 @@ enum kvfs_load_mode {
 };
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
+/*
+ * kvfs_block_pin_load() - give @b (pinned in DRAM by the caller) a DRAM
+ *   copy unless it has one: loaded from the SSD, evicting blocks that are
+ *   not pinned.  The pin bit and the record stay the caller's: the
+ *   interactive pin takes a new pin back on failure, the start-up reload
+ *   keeps the recorded one.  Counted as an open (tier.dram.hits/misses,
+ *   the block's hits).  Returns 0; -ENOENT (deleted), -ENOSPC (DRAM
+ *   cannot hold it: full of pinned or open blocks), -EIO, -EBADMSG (the
+ *   SSD copy fails verification), -ENOMEM.  Caller holds a reference on
+ *   @b and no engine lock.
+ */
+int kvfs_block_pin_load(struct kvfs_cache *c, struct kvfs_block *b);
+/*
+ * Whether a load of @b from tier @from may keep a copy in DRAM: always
+ * for a block pinned in DRAM (the pin is the admin's word, and a pin not
+ * yet resident is honoured by the first load), else the policy's
+ * admission.  Takes c->policy_lock, which the caller must not hold
+ * (b->io_lock may be held).
+ */
+static inline bool kvfs_block_dram_admit(struct kvfs_cache *c,
+					 struct kvfs_block *b, int from)
+{
+	bool admit;
+
+	if (atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM)
+		return true;
+	pthread_mutex_lock(&c->policy_lock);
+	admit = kvfs_policy_admit(c->policy, from, KVFS_TIER_DRAM, &b->pn);
+	pthread_mutex_unlock(&c->policy_lock);
+	return admit;
+}
 /* Make @ext (a DRAM tier extent) @b's published DRAM copy and tell the
  * policy.  Caller holds b->io_lock and has seen no DRAM copy under it.
  * -ENOENT, publishing nothing, when @b is deleted (the extent stays the

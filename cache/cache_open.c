@@ -501,13 +501,23 @@ out_free:
 	return rc;
 }
 
+/* Per-block warnings at start, before they become one count. */
+#define PIN_WARN_MAX 16
+
 /*
- * A DRAM pin is a promise that reads never touch the SSD: keep it across
- * restarts by loading those blocks again. A block that no longer fits is
- * reported and left pinned on the SSD only.
+ * A DRAM pin is the admin's recorded intent that reads never touch the
+ * SSD: at start, every block pinned in DRAM is loaded back.  One that
+ * cannot be (DRAM lowered below what the pins need, a failed read) keeps
+ * its pin, in memory as in the record, which is not rewritten: reads are
+ * served from the SSD meanwhile, and the first load into DRAM (a read, a
+ * promotion, a later start with room) makes the pin resident again.
  */
 static void reload_dram_pins(struct kvfs_cache *c)
 {
+	size_t loaded = 0, waiting = 0;
+	char hex[KVFS_KEY_HEX_LEN + 1];
+	int last_rc = 0;
+
 	for (size_t i = 0; i < c->n_ns; i++) {
 		struct kvfs_ns *ns = &c->ns[i];
 		size_t n;
@@ -517,6 +527,7 @@ static void reload_dram_pins(struct kvfs_cache *c)
 		pthread_rwlock_unlock(&ns->lock);
 		for (size_t j = 0; j < n; j++) {
 			struct kvfs_block *b = NULL;
+			int rc;
 
 			pthread_rwlock_rdlock(&ns->lock);
 			if (j < ns->n) {
@@ -526,18 +537,40 @@ static void reload_dram_pins(struct kvfs_cache *c)
 			pthread_rwlock_unlock(&ns->lock);
 			if (!b)
 				break;
-			if (atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM) {
-				int rc = kvfs_cache_pin(c, b, KVFS_TIER_DRAM);
-
-				if (rc)
-					kvfs_warn("ns %s: block ino %" PRIu64
-						  ": DRAM pin not restored: %s",
-						  ns->rec.name, b->ino,
+			if (!(atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM)) {
+				kvfs_cache_put(c, b);
+				continue;
+			}
+			rc = kvfs_block_pin_load(c, b);
+			if (!rc) {
+				loaded++;
+			} else if (waiting++ < PIN_WARN_MAX) {
+				kvfs_fmt_key_hex(b->pn.key, hex);
+				kvfs_warn("ns %s: block %s.kv (ino %" PRIu64
+					  "): DRAM pin kept but not loaded: "
+					  "%s; served from the SSD until a "
+					  "load brings it into DRAM",
+					  ns->rec.name, hex, b->ino,
+					  rc == -ENOSPC ?
+						  "the DRAM tier is full of "
+						  "pinned blocks ([tier.dram] "
+						  "capacity is below what the "
+						  "pins need)" :
 						  strerror(-rc));
 			}
+			if (rc)
+				last_rc = rc;
 			kvfs_cache_put(c, b);
 		}
 	}
+	if (waiting)
+		kvfs_warn("%zu of %zu blocks pinned in DRAM could not be "
+			  "loaded at start (last error: %s): their pins are "
+			  "kept and they are served from the SSD until loaded "
+			  "(stats: cache.dram_pins_waiting)", waiting,
+			  loaded + waiting, strerror(-last_rc));
+	else if (loaded)
+		kvfs_info("%zu blocks pinned in DRAM loaded", loaded);
 }
 
 /* The device tier, if [tier.gpu] asks for one. A cuda tier without a

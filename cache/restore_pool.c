@@ -553,10 +553,7 @@ static int job_stream(struct kvfs_cache *c, struct kvfs_block *b,
 			 b->ino);
 		return rc;
 	}
-	pthread_mutex_lock(&c->policy_lock);
-	admit = kvfs_policy_admit(c->policy, KVFS_TIER_SSD, KVFS_TIER_DRAM,
-				  &b->pn);
-	pthread_mutex_unlock(&c->policy_lock);
+	admit = kvfs_block_dram_admit(c, b, KVFS_TIER_SSD);
 	keep = admit && kvfs_dram_reserve(c, b->size, &ext) == 0;
 	if (keep) {
 		dst = ext.ptr;

@@ -452,6 +452,301 @@ static void test_recovery(void **state)
 	assert_int_equal(fx_open(f), 0);
 }
 
+/* ------------------------------------------------- DRAM pins on restart */
+
+#define BLK 12288u
+
+static int setup_big(void **state)
+{
+	/* DRAM holds 8 blocks. */
+	return setup_size(state, 1 << 20, 8 * BLK);
+}
+
+static void reopen(struct fx *f, uint64_t dram)
+{
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	f->conf.dram_capacity = dram;
+	assert_int_equal(fx_open(f), 0);
+	assert_non_null(f->ns);
+}
+
+static struct kvfs_block *lookup_block(struct fx *f, int i)
+{
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	struct kvfs_block *b;
+
+	make_block(f, i, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	return b;
+}
+
+static struct kvfs_block_info info_of(struct fx *f, int i)
+{
+	struct kvfs_block *b = lookup_block(f, i);
+	struct kvfs_block_info bi;
+
+	kvfs_block_info(b, &bi);
+	kvfs_cache_put(f->c, b);
+	return bi;
+}
+
+/* Blocks 0..n-1, durable, each pinned in DRAM. */
+static void put_pinned(struct fx *f, int n)
+{
+	struct kvfs_block *b;
+
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(put_block(f, i, &b), 0);
+		assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_DRAM), 0);
+		kvfs_cache_put(f->c, b);
+	}
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+}
+
+/* The key of block @i (the cache open: the namespace root is its). */
+static void key_of(struct fx *f, int i, uint8_t key[KVFS_KEY_LEN])
+{
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+
+	make_block(f, i, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_fmt_name_parse(name, key), 0);
+}
+
+/* The pins field of the record of @key, read from LMDB with the cache
+ * closed.
+ */
+static uint32_t recorded_pins(struct fx *f, const uint8_t key[KVFS_KEY_LEN])
+{
+	struct kvfs_meta_blk r;
+	struct kvfs_store *s;
+	struct kvfs_meta_txn *t;
+
+	assert_int_equal(kvfs_store_open(f->dir, KVFS_META_NOSYNC, 0, &s), 0);
+	assert_int_equal(kvfs_meta_txn_begin(s->meta, true, &t), 0);
+	assert_int_equal(kvfs_meta_blk_get(t, key, &r), 0);
+	kvfs_meta_txn_abort(t);
+	kvfs_store_free(s);
+	return r.pins;
+}
+
+/*
+ * DRAM lowered below what the pins need: the start loads what fits and
+ * keeps the other pins (in memory, through later record updates, in the
+ * record), serves those blocks from the SSD, and loads them again at a
+ * start with room.
+ */
+static void test_pin_restart_no_room(void **state)
+{
+	struct fx *f = *state;
+	int waiting[6], nw = 0, resident = 0;
+	uint8_t key[3][KVFS_KEY_LEN];
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+
+	put_pinned(f, 6);
+	reopen(f, 3 * BLK);
+	for (int i = 0; i < 6; i++) {
+		bi = info_of(f, i);
+		assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM);
+		assert_true(bi.persisted);
+		if (bi.tiers & KVFS_TIER_BIT_DRAM)
+			resident++;
+		else
+			waiting[nw++] = i;
+	}
+	assert_int_equal(resident, 3);
+	assert_int_equal(nw, 3);
+	assert_int_equal(stat_of(f, "tier.dram.blocks"), 3);
+	assert_int_equal(stat_of(f, "tier.dram.used_bytes"), 3 * BLK);
+	assert_int_equal(stat_of(f, "cache.dram_pins"), 6);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 3);
+
+	/* Record updates of the waiting blocks for other reasons: an SSD
+	 * pin (written at once), a category (written by the counter flush
+	 * at close), and a DRAM pin again that still cannot be loaded: it
+	 * fails, and the recorded pin stays.
+	 */
+	b = lookup_block(f, waiting[0]);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_SSD), 0);
+	kvfs_cache_put(f->c, b);
+	b = lookup_block(f, waiting[1]);
+	assert_int_equal(kvfs_cache_set_category(f->c, b, 7), 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_DRAM), -ENOSPC);
+	kvfs_cache_put(f->c, b);
+	bi = info_of(f, waiting[0]);
+	assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD);
+	bi = info_of(f, waiting[1]);
+	assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM);
+	/* The third one is unpinned: that is the admin's to do. */
+	b = lookup_block(f, waiting[2]);
+	assert_int_equal(kvfs_cache_unpin(f->c, b), 0);
+	kvfs_cache_put(f->c, b);
+	assert_int_equal(stat_of(f, "cache.dram_pins"), 5);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 2);
+
+	/* Served from the SSD: DRAM is all pinned, so the reads get private
+	 * copies and nothing resident moves.
+	 */
+	for (int i = 0; i < 6; i++)
+		check_block(f, i);
+	assert_int_equal(stat_of(f, "tier.dram.blocks"), 3);
+	assert_int_equal(stat_of(f, "tier.dram.used_bytes"), 3 * BLK);
+	assert_int_equal(stat_of(f, "tier.dram.evictions"), 0);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+
+	for (int k = 0; k < 3; k++)
+		key_of(f, waiting[k], key[k]);
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	f->ns = NULL;
+	assert_int_equal(recorded_pins(f, key[0]),
+			 KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD);
+	assert_int_equal(recorded_pins(f, key[1]), KVFS_TIER_BIT_DRAM);
+	assert_int_equal(recorded_pins(f, key[2]), 0);
+
+	/* Room again: every pinned block is resident; the unpinned one is
+	 * not loaded.
+	 */
+	f->conf.dram_capacity = 8 * BLK;
+	assert_int_equal(fx_open(f), 0);
+	for (int i = 0; i < 6; i++) {
+		bi = info_of(f, i);
+		if (i == waiting[2]) {
+			assert_int_equal(bi.pins, 0);
+			assert_int_equal(bi.tiers, KVFS_TIER_BIT_SSD);
+			continue;
+		}
+		assert_true(bi.pins & KVFS_TIER_BIT_DRAM);
+		assert_true(bi.tiers & KVFS_TIER_BIT_DRAM);
+	}
+	assert_int_equal(info_of(f, waiting[0]).pins,
+			 KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD);
+	assert_int_equal(info_of(f, waiting[1]).category, 7);
+	assert_int_equal(stat_of(f, "tier.dram.blocks"), 5);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 0);
+	for (int i = 0; i < 6; i++)
+		check_block(f, i);
+}
+
+/*
+ * A pin that waits is honoured by the first read that loads the block,
+ * even where the policy would not admit it (HotPrefix refuses blocks read
+ * fewer than 10 times), and from then on the copy stays under pressure.
+ */
+static void test_pin_restart_read_loads(void **state)
+{
+	struct fx *f = *state;
+	int waiting = -1, unpinned[2] = { -1, -1 };
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+
+	put_pinned(f, 6);
+	assert_int_equal(put_block(f, 6, NULL), 0); /* not pinned */
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	snprintf(f->conf.policy, sizeof(f->conf.policy), "hotprefix");
+	reopen(f, 5 * BLK);
+	for (int i = 0; i < 6; i++) {
+		bi = info_of(f, i);
+		assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM);
+		if (!(bi.tiers & KVFS_TIER_BIT_DRAM)) {
+			assert_int_equal(waiting, -1);
+			waiting = i;
+		} else {
+			unpinned[0] = unpinned[1];
+			unpinned[1] = i;
+		}
+	}
+	assert_true(waiting >= 0);
+	assert_true(unpinned[0] >= 0);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 1);
+	/* The two deepest resident blocks lose their pins: room the read
+	 * can make (HotPrefix evicts leaves of the prefix tree only).
+	 */
+	for (int k = 0; k < 2; k++) {
+		b = lookup_block(f, unpinned[k]);
+		assert_int_equal(kvfs_cache_unpin(f->c, b), 0);
+		kvfs_cache_put(f->c, b);
+	}
+	assert_int_equal(stat_of(f, "tier.dram.blocks"), 5);
+
+	/* The control: a block not pinned, read once from the SSD, is
+	 * refused by the policy and served from a private copy.
+	 */
+	assert_int_equal(info_of(f, 6).tiers, KVFS_TIER_BIT_SSD);
+	check_block(f, 6);
+	assert_int_equal(info_of(f, 6).tiers, KVFS_TIER_BIT_SSD);
+	assert_int_equal(stat_of(f, "tier.dram.evictions"), 0);
+
+	check_block(f, waiting);
+	bi = info_of(f, waiting);
+	assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM);
+	assert_int_equal(bi.tiers, KVFS_TIER_BIT_DRAM | KVFS_TIER_BIT_SSD);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 0);
+	assert_int_equal(stat_of(f, "tier.dram.blocks"), 5);
+	assert_int_equal(stat_of(f, "tier.dram.evictions"), 1);
+
+	/* Pressure: new blocks through the one DRAM slot not pinned (what
+	 * HotPrefix does not admit to the SSD on the way down it discards;
+	 * never a pinned block).
+	 */
+	for (int i = 7; i < 15; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_true(stat_of(f, "tier.dram.evictions") >= 8);
+	assert_true(stat_of(f, "tier.dram.blocks") <= 5);
+	assert_true(stat_of(f, "tier.dram.used_bytes") <= 5 * BLK);
+	for (int i = 0; i < 6; i++) {
+		if (i == unpinned[0] || i == unpinned[1])
+			continue;
+		bi = info_of(f, i);
+		assert_int_equal(bi.pins, KVFS_TIER_BIT_DRAM);
+		assert_true(bi.tiers & KVFS_TIER_BIT_DRAM);
+		check_block(f, i);
+	}
+	assert_int_equal(stat_of(f, "cache.dram_pins"), 4);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 0);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+}
+
+/* A new DRAM pin that cannot be loaded fails with the errno and is not
+ * recorded, not even by a later record update.
+ */
+static void test_pin_fails_not_recorded(void **state)
+{
+	struct fx *f = *state;
+	uint8_t key[KVFS_KEY_LEN];
+	struct kvfs_block *b;
+
+	/* DRAM holds 4: blocks 2..5 end up resident, 0 and 1 on the SSD. */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	assert_false(info_of(f, 0).tiers & KVFS_TIER_BIT_DRAM);
+	for (int i = 2; i < 6; i++) {
+		b = lookup_block(f, i);
+		assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_DRAM), 0);
+		kvfs_cache_put(f->c, b);
+	}
+	b = lookup_block(f, 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_DRAM), -ENOSPC);
+	assert_int_equal(info_of(f, 0).pins, 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_SSD), 0);
+	kvfs_cache_put(f->c, b);
+	assert_int_equal(info_of(f, 0).pins, KVFS_TIER_BIT_SSD);
+	assert_int_equal(stat_of(f, "cache.dram_pins"), 4);
+	assert_int_equal(stat_of(f, "cache.dram_pins_waiting"), 0);
+	key_of(f, 0, key);
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	f->ns = NULL;
+	assert_int_equal(recorded_pins(f, key), KVFS_TIER_BIT_SSD);
+	assert_int_equal(fx_open(f), 0);
+	assert_int_equal(info_of(f, 0).pins, KVFS_TIER_BIT_SSD);
+	assert_false(info_of(f, 0).tiers & KVFS_TIER_BIT_DRAM);
+}
+
 /* A damaged free map (here: an extent that records still use marked free)
  * is rewritten from the records, so new blocks never overwrite old ones.
  */
@@ -506,6 +801,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_map_repair, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pin_restart_no_room,
+						setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_restart_read_loads,
+						setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_fails_not_recorded,
+						setup, teardown),
 	};
 
 	kvfs_log_set_level(KVFS_LOG_ERR);
