@@ -647,6 +647,68 @@ static void sync_close(struct sync_word *sw)
 		munmap(sw->map, sw->len);
 }
 
+/* A FETCH_INTO destination: block @i's payload at [off, off + len). */
+struct dst_range {
+	uint64_t off, len;
+	size_t i;
+};
+
+static int dst_cmp(const void *pa, const void *pb)
+{
+	const struct dst_range *a = pa, *b = pb;
+
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	return (a->i > b->i) - (a->i < b->i);
+}
+
+/*
+ * FETCH_INTO's destinations must not overlap: which block's bytes would
+ * end up in the shared ones depends on the order of the copies, which
+ * differs between the device backends, and no engine means it (two
+ * blocks in one slot of its KV cache). Sorted, an overlap shows between
+ * neighbours, so this is O(n log n) for requests of thousands of blocks.
+ * @ord gets the blocks in ascending destination order, the order the
+ * copies are issued in (the device tier then confirms the order in one
+ * pass). 0, also when the response was failed with EINVAL (logged with
+ * the two blocks); -ENOMEM.
+ */
+static int dst_order(struct ctx *x, struct kvfs_block **v, size_t *ord)
+{
+	struct dst_range *d = calloc(x->nk ? x->nk : 1, sizeof(*d));
+
+	if (!d)
+		return -ENOMEM;
+	for (size_t i = 0; i < x->nk; i++) {
+		d[i].off = x->dst[i].off;
+		d[i].len = v[i]->size - kvfs_block_payload_off(v[i]);
+		d[i].i = i;
+	}
+	qsort(d, x->nk, sizeof(*d), dst_cmp);
+	for (size_t k = 0; k < x->nk; k++)
+		ord[k] = d[k].i;
+	for (size_t k = 1; k < x->nk; k++) {
+		const struct dst_range *a = &d[k - 1], *b = &d[k];
+
+		/* b starts no earlier than a: no a.off + a.len to overflow */
+		if (a->len <= b->off - a->off)
+			continue;
+		if (a->i > b->i) {
+			const struct dst_range *t = a;
+
+			a = b;
+			b = t;
+		}
+		fail(x, -EINVAL, "destinations of blocks %zu [%" PRIu64 ", +%"
+		     PRIu64 ") and %zu [%" PRIu64 ", +%" PRIu64 ") overlap in "
+		     "the caller's memory; nothing copied", a->i, a->off,
+		     a->len, b->i, b->off, b->len);
+		break;
+	}
+	free(d);
+	return 0;
+}
+
 struct src {
 	struct kvfs_block *b;
 	struct kvfs_reader r;
@@ -665,6 +727,7 @@ static int op_fetch_into(struct ctx *x)
 	struct src *src = NULL;
 	struct sync_word sw = { 0 };
 	uint64_t lb = 0, layers, psize;
+	size_t *ord = NULL;
 	int rc = 0;
 
 	if (need_gpu(x))
@@ -672,13 +735,20 @@ static int op_fetch_into(struct ctx *x)
 	v = calloc(x->nk ? x->nk : 1, sizeof(*v));
 	src = calloc(x->nk ? x->nk : 1, sizeof(*src));
 	xf = calloc(x->nk ? x->nk : 1, sizeof(*xf));
-	if (!v || !src || !xf) {
+	ord = calloc(x->nk ? x->nk : 1, sizeof(*ord));
+	if (!v || !src || !xf || !ord) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
 	rc = find_all(x, v);
 	if (rc || x->resp->error)
 		goto out_free;
+	/* Before anything is opened, leased or copied: only the blocks'
+	 * references are held, and out_put drops them.
+	 */
+	rc = dst_order(x, v, ord);
+	if (rc || x->resp->error)
+		goto out_put;
 	layers = x->ns->geom.n_layers;
 	rc = go->peer_open(gpu, &x->r->peer, &peer);
 	if (rc) {
@@ -735,21 +805,24 @@ static int op_fetch_into(struct ctx *x)
 		goto out_release;
 	}
 	/* Layer by layer across all blocks: the engine may start layer l
-	 * while later layers are still being copied.
+	 * while later layers are still being copied. Within a layer, in
+	 * ascending destination order (any order leaves the same bytes,
+	 * the destinations being disjoint).
 	 */
 	sync_signal(&sw, 0);
 	for (uint64_t l = 0; l < layers; l++) {
-		for (size_t i = 0; i < x->nk; i++) {
+		for (size_t k = 0; k < x->nk; k++) {
+			size_t i = ord[k];
 			uint64_t po = kvfs_block_payload_off(v[i]);
 
 			lb = (v[i]->size - po) / layers;
-			xf[i].pool = src[i].gpu.len ? &src[i].gpu : NULL;
-			xf[i].off = po + l * lb;
-			xf[i].host = src[i].gpu.len ?
+			xf[k].pool = src[i].gpu.len ? &src[i].gpu : NULL;
+			xf[k].off = po + l * lb;
+			xf[k].host = src[i].gpu.len ?
 					     NULL :
 					     (void *)(src[i].host + po + l * lb);
-			xf[i].peer_off = x->dst[i].off + l * lb;
-			xf[i].len = lb;
+			xf[k].peer_off = x->dst[i].off + l * lb;
+			xf[k].len = lb;
 		}
 		rc = go->peer_write(gpu, peer, xf, x->nk);
 		if (rc) {
@@ -800,6 +873,7 @@ out_free:
 	free(v);
 	free(src);
 	free(xf);
+	free(ord);
 	return rc;
 }
 

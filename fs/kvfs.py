@@ -712,9 +712,10 @@ class Client(_Closing):
     def fetch_into(self, ns, keys, peer, dst_offs, sync):
         """Copy blocks into ``peer`` at ``dst_offs`` (one per key).
 
-        Layer l of block i lands at dst_offs[i] + l * layer_bytes. Returns
-        when every layer is copied (``sync`` counts them as it goes);
-        returns the blocks.
+        Layer l of block i lands at dst_offs[i] + l * layer_bytes. The
+        blocks' ranges must not overlap (OSError EINVAL), and device work
+        on them must be synchronised first. Returns when every layer is
+        copied (``sync`` counts them as it goes); returns the blocks.
         """
         k, n = _keys(keys)
         d, nd = _u64s(dst_offs)

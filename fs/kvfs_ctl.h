@@ -166,7 +166,11 @@ _Static_assert(sizeof(struct kvfs_ctl_req) == 384, "kvfs_ctl_req size");
 
 /* FETCH_INTO: where block i's payload goes in peer memory. Layer l of
  * the block lands at off + l * layer_bytes (the block file's payload
- * layout, one layer after another).
+ * layout, one layer after another). The blocks' ranges [off, off + len)
+ * must not overlap (touching is fine, the same key twice at two places
+ * too): resp.error -EINVAL otherwise, before anything is copied. The
+ * caller's own device work on these ranges must be finished (synchronised)
+ * before the request: the daemon copies on streams of its own.
  */
 struct kvfs_ctl_dst {
 	uint64_t off;

@@ -223,14 +223,16 @@ struct kvfs_client_sync;
  * @peer:          the caller's memory (a struct kvfs_client_peer's mem for
  *                 shm, or an IPC handle for cuda).
  * @dst_off:       @n_keys offsets in @peer: layer l of block i lands at
- *                 dst_off[i] + l * layer_bytes.
+ *                 dst_off[i] + l * layer_bytes. The blocks' ranges must
+ *                 not overlap, and the caller's device work on them must
+ *                 be synchronised before the call.
  * @sync:          the completion word; reset to 0 here before the request
  *                 goes out (reset it yourself with kvfs_client_sync_reset()
  *                 before a waiter thread can look at it).
  * @out:           NULL, or receives the blocks (len, layer_bytes).
- * Returns 0, the daemon's error (-EINVAL an offset out of range or a
- * foreign handle, -ENOENT unknown key, -ENODEV no device tier), or a
- * transport error.
+ * Returns 0, the daemon's error (-EINVAL an offset out of range,
+ * overlapping destinations or a foreign handle, -ENOENT unknown key,
+ * -ENODEV no device tier), or a transport error.
  */
 int kvfs_client_fetch_into(struct kvfs_client *c, const char *ns,
 			   const uint8_t (*keys)[KVFS_KEY_LEN], size_t n_keys,

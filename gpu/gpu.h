@@ -96,11 +96,19 @@ struct kvfs_gpu_ops {
 	/* Copy @n transfers into peer memory, all complete on return.
 	 * -EINVAL if any range falls outside the peer or the pool extent
 	 * (or the extent outside the pool), a transfer has neither pool nor
-	 * host side, or @p was opened by another tier.
+	 * host side, two transfers' peer ranges overlap (the backends order
+	 * a batch's copies differently, so the bytes left there would
+	 * depend on the backend), or @p was opened by another tier.
+	 * -ENOMEM if a batch not in ascending peer order cannot be sorted
+	 * for that check.
 	 */
 	int (*peer_write)(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			  const struct kvfs_gpu_xfer *x, size_t n);
-	/* Copy @n transfers out of peer memory (into host or pool). */
+	/* Copy @n transfers out of peer memory (into host or pool). Errors
+	 * as peer_write, except that the ranges that must not overlap are
+	 * the destinations: pool ranges among themselves, host ranges among
+	 * themselves. Overlapping peer sources are fine.
+	 */
 	int (*peer_read)(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			 const struct kvfs_gpu_xfer *x, size_t n);
 	/* Copy many host ranges into the pool as one batch. */

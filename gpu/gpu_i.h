@@ -66,14 +66,29 @@ int kvfs_gpu_ext_check(const struct kvfs_tier *t, const struct kvfs_extent *e,
 enum kvfs_gpu_xfer_kind {
 	KVFS_GPU_X_PEER = 1 << 0,   /* peer_off + len must fit in the peer */
 	KVFS_GPU_X_UPLOAD = 1 << 1, /* pool and host both required */
+	/* peer_write: the peer ranges are written, so no two may overlap */
+	KVFS_GPU_X_PEER_DST = 1 << 2,
+	/* peer_read: the pool and host ranges are written, so no two pool
+	 * ranges (by pool offset) and no two host ranges (by address) may
+	 * overlap
+	 */
+	KVFS_GPU_X_SIDE_DST = 1 << 3,
 };
 
 /*
  * Check every transfer of a batch before any copy starts: the pool side
  * (extent inside the pool, range inside the extent) or a host pointer, and
- * with KVFS_GPU_X_PEER the peer range inside @peer_size. 0 or -EINVAL with
- * a log line naming the first bad transfer. @x may be NULL only when @n is
- * 0.
+ * with KVFS_GPU_X_PEER the peer range inside @peer_size. With
+ * KVFS_GPU_X_PEER_DST or KVFS_GPU_X_SIDE_DST, also that the batch writes
+ * no byte twice: the backends issue a batch's copies in different orders
+ * (cuda: pool-side copies first, and staged bytes land after later direct
+ * ones), so where two destinations overlapped, the bytes left there would
+ * depend on the backend. Transfers of length 0 write nothing and are not
+ * compared. The overlap check is O(n) when the destinations come in
+ * ascending order (each kind of memory on its own), O(n log n) otherwise.
+ * 0; -EINVAL with a log line naming the first bad transfer, or the two
+ * overlapping ones; -ENOMEM when the unsorted case cannot get memory to
+ * sort in. @x may be NULL only when @n is 0.
  */
 int kvfs_gpu_xfer_check(const struct kvfs_tier *t,
 			const struct kvfs_gpu_xfer *x, size_t n,

@@ -900,7 +900,10 @@ static void cuda_peer_close(struct kvfs_tier *t, struct kvfs_gpu_peer *p)
 /*
  * A peer batch: transfers with a pool side are device-to-device copies
  * issued first; host ones go direct or through the staging ring, whose
- * final synchronisation also covers the former.
+ * final synchronisation also covers the former. That is not the batch's
+ * order (shm copies in array order), which is why kvfs_gpu_xfer_check()
+ * refuses a batch whose destinations overlap: with disjoint destinations
+ * the order cannot be seen, and both backends leave the same bytes.
  */
 static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 			  const struct kvfs_gpu_xfer *x, size_t n,
@@ -916,7 +919,10 @@ static int cuda_peer_xfer(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 
 	err = kvfs_gpu_peer_check(t, p, "cuda", what);
 	if (!err)
-		err = kvfs_gpu_xfer_check(t, x, n, p->size, KVFS_GPU_X_PEER,
+		err = kvfs_gpu_xfer_check(t, x, n, p->size,
+					  KVFS_GPU_X_PEER |
+						  (to_peer ? KVFS_GPU_X_PEER_DST
+							   : KVFS_GPU_X_SIDE_DST),
 					  "cuda", what);
 	if (err || !n)
 		return err;

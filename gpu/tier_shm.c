@@ -293,7 +293,8 @@ static int shm_peer_write(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	int err = kvfs_gpu_peer_check(t, p, "shm", "peer_write");
 
 	if (!err)
-		err = kvfs_gpu_xfer_check(t, x, n, p->size, KVFS_GPU_X_PEER,
+		err = kvfs_gpu_xfer_check(t, x, n, p->size,
+					  KVFS_GPU_X_PEER | KVFS_GPU_X_PEER_DST,
 					  "shm", "peer_write");
 	if (err)
 		return err;
@@ -313,7 +314,8 @@ static int shm_peer_read(struct kvfs_tier *t, struct kvfs_gpu_peer *p,
 	int err = kvfs_gpu_peer_check(t, p, "shm", "peer_read");
 
 	if (!err)
-		err = kvfs_gpu_xfer_check(t, x, n, p->size, KVFS_GPU_X_PEER,
+		err = kvfs_gpu_xfer_check(t, x, n, p->size,
+					  KVFS_GPU_X_PEER | KVFS_GPU_X_SIDE_DST,
 					  "shm", "peer_read");
 	if (err)
 		return err;

@@ -508,6 +508,125 @@ static void test_fetch_into_per_layer(void **state)
 	chain_free(&c);
 }
 
+static uint64_t stat_fetch_into_bytes(int fd)
+{
+	struct kvfs_ctl_msg m;
+
+	req_init(&m, KVFS_CTL_STATS, 0);
+	assert_int_equal(call(fd, &m), 0);
+	return m.resp.stats.fetch_into_bytes;
+}
+
+/* Whether block @i's file still holds the bytes chain_write() gave it. */
+static bool file_intact(const struct chain *c, int i)
+{
+	char path[4200], hex[33];
+	uint8_t *buf = malloc(c->size);
+	bool same;
+	int bfd;
+
+	assert_non_null(buf);
+	kvfs_fmt_key_hex(c->key[i], hex);
+	snprintf(path, sizeof(path), "%s/%s/%s.kv", mnt, ns, hex);
+	bfd = open(path, O_RDONLY);
+	assert_true(bfd >= 0);
+	same = read(bfd, buf, c->size) == (ssize_t)c->size &&
+	       !memcmp(buf, c->img[i], c->size);
+	close(bfd);
+	free(buf);
+	return same;
+}
+
+/*
+ * Two blocks of one FETCH_INTO written to overlapping bytes of the
+ * caller's memory: never meaningful, and which bytes would be left there
+ * depends on the order of the copies, which differs between the device
+ * backends. Refused with EINVAL before anything happens: the caller's
+ * memory and completion word untouched, no lease left, nothing counted,
+ * the blocks intact. Destinations that only touch, in any order, are
+ * fine.
+ */
+static void test_fetch_into_overlap(void **state)
+{
+	struct dev_region peer;
+	struct shm_region sync;
+	struct kvfs_ctl_msg m;
+	struct kvfs_ctl_dst *dst;
+	struct chain c;
+	volatile uint32_t *word;
+	uint64_t total0, total, bytes0;
+	uint8_t *poison;
+	int fd = ctl_open();
+
+	chain_write(&c, 11, 3);
+	const uint64_t p = c.plen;
+	/* dst of blocks 0, 1, 2 */
+	const uint64_t bad[][3] = {
+		{ 0, 0, 2 * p },         /* two blocks in one slot */
+		{ 2 * p, 0, p + 1 },     /* one byte, out of order */
+		{ p, 2 * p - 1, 0 },     /* one byte, the last block first */
+	};
+
+	dev_make(&peer, "overlap", 3 * p + 4096);
+	shm_make(&sync, "osync", 4096);
+	word = (uint32_t *)(sync.p + 64);
+	poison = malloc(peer.len);
+	assert_non_null(poison);
+	memset(poison, 0xa5, peer.len);
+	dev_fill(&peer, 0xa5);
+	stat_leases(fd, &total0, NULL);
+	bytes0 = stat_fetch_into_bytes(fd);
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		*word = 0xdeadbeef;
+		fill_into(&m, &c, &peer, &sync);
+		dst = (void *)(req_keys(&m) + c.n);
+		for (int i = 0; i < 3; i++)
+			dst[i].off = bad[k][i];
+		assert_int_equal(call(fd, &m), -EINVAL);
+		assert_int_equal(m.resp.n_blocks, 0);
+		assert_true(dev_equal(&peer, 0, poison, peer.len));
+		assert_int_equal(*word, 0xdeadbeef);
+		assert_int_equal(stat_leases(fd, &total, NULL), 0);
+		assert_int_equal(total, total0);
+		assert_int_equal(stat_fetch_into_bytes(fd), bytes0);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_true(file_intact(&c, i));
+
+	/* Touching, in reverse order: every block lands where asked. */
+	fill_into(&m, &c, &peer, &sync);
+	dst = (void *)(req_keys(&m) + c.n);
+	for (int i = 0; i < 3; i++)
+		dst[i].off = (uint64_t)(2 - i) * p;
+	assert_int_equal(call(fd, &m), 0);
+	assert_int_equal(*word, g.n_layers);
+	for (int i = 0; i < 3; i++)
+		assert_true(dev_equal(&peer, (uint64_t)(2 - i) * p,
+				      c.img[i] + c.poff, p));
+	assert_true(dev_equal(&peer, 3 * p, poison, 4096));
+	assert_int_equal(stat_fetch_into_bytes(fd), bytes0 + 3 * p);
+	assert_int_equal(stat_leases(fd, NULL, NULL), 0);
+
+	/* One block twice, at two disjoint places: fine. */
+	dev_fill(&peer, 0xa5);
+	fill_into(&m, &c, &peer, &sync);
+	memcpy(req_keys(&m)[2], c.key[0], 16);
+	dst = (void *)(req_keys(&m) + c.n);
+	dst[2].off = 2 * p + 4096;
+	assert_int_equal(call(fd, &m), 0);
+	assert_true(dev_equal(&peer, 0, c.img[0] + c.poff, p));
+	assert_true(dev_equal(&peer, p, c.img[1] + c.poff, p));
+	assert_true(dev_equal(&peer, 2 * p, poison, 4096));
+	assert_true(dev_equal(&peer, 2 * p + 4096, c.img[0] + c.poff, p));
+	assert_int_equal(stat_leases(fd, &total, NULL), 0);
+	assert_int_equal(total, total0);
+	free(poison);
+	dev_drop(&peer);
+	shm_drop(&sync);
+	close(fd);
+	chain_free(&c);
+}
+
 static void test_save_round_trip(void **state)
 {
 	struct dev_region peer;
@@ -687,6 +806,7 @@ int main(void)
 		cmocka_unit_test(test_exit_frees_leases),
 		cmocka_unit_test(test_concurrent_fetchers_one_copy),
 		cmocka_unit_test(test_fetch_into_per_layer),
+		cmocka_unit_test(test_fetch_into_overlap),
 		cmocka_unit_test(test_save_round_trip),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_write_read_transport),

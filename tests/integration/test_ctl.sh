@@ -37,6 +37,9 @@ fi
 KVFS_MNT=$MNT KVFS_NS=$NS t_cmocka ctl "$BIN/../itests/ctl_client"
 t_check "the daemon survived every bad request" test "$(kvfs_stat ctl.leases)" -eq 0
 t_check "bad requests were logged" grep -q "ctl: malformed request" "$STORE/kvfs.log"
+# test_fetch_into_overlap's second case: blocks 0 and 2, given out of order.
+t_check "overlapping FETCH_INTO destinations were logged, naming both blocks" \
+	grep -q "destinations of blocks 0 \[[0-9]*, +[0-9]*) and 2 \[[0-9]*, +[0-9]*) overlap" "$STORE/kvfs.log"
 pid=$KVFS_PID
 if [ "$backend" = shm ]; then
 	t_check "the pool is a shm object named for this daemon" sh -c "ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"

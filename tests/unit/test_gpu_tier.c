@@ -1570,6 +1570,200 @@ static void test_out_of_range(void **state)
 	free(buf);
 }
 
+/* ---- overlapping destinations ---- */
+
+static char ov_log[64];
+
+/* Send log lines to a file of this process's, for log_has(). */
+static void log_capture(void)
+{
+	snprintf(ov_log, sizeof(ov_log), "/tmp/kvfs-test-gpu-tier-%ld.log",
+		 (long)getpid());
+	unlink(ov_log);
+	assert_int_equal(kvfs_log_open(ov_log), 0);
+}
+
+/* Back to stderr; whether the captured lines contain @needle. */
+static bool log_has(const char *needle)
+{
+	char buf[8192];
+	ssize_t n;
+	int fd;
+
+	kvfs_log_close();
+	fd = open(ov_log, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	unlink(ov_log);
+	assert_true(n >= 0);
+	buf[n] = 0;
+	return strstr(buf, needle) != NULL;
+}
+
+/* The whole peer holds @want. */
+static bool tpeer_equal(struct tpeer *tp, const unsigned char *want)
+{
+	unsigned char *got = xmalloc(PEER_SIZE);
+	bool same;
+
+	tpeer_get(tp, 0, got, PEER_SIZE);
+	same = !memcmp(got, want, PEER_SIZE);
+	free(got);
+	return same;
+}
+
+/*
+ * A batch that would write a byte twice is refused whole, by both
+ * backends alike: cuda issues pool-side copies before host-side ones, shm
+ * copies in array order, so the bytes left in an overlap would differ.
+ * Only destinations count: peer ranges for peer_write; pool ranges and
+ * host ranges (each among themselves) for peer_read, whose peer ranges
+ * are sources and may overlap.
+ */
+static void test_overlap(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_tier *t = f->t;
+	const uint64_t nb = 1024, bl = 64;
+	struct kvfs_extent e;
+	struct kvfs_gpu_peer *p;
+	struct tpeer tp;
+	unsigned char *want = calloc(1, PEER_SIZE), *h = xmalloc(4 * PG);
+	unsigned char *h2 = xmalloc(4 * PG), *buf = xmalloc(8 * PG);
+	unsigned char *big = xmalloc(nb * bl);
+	struct kvfs_gpu_xfer x[3], *v = calloc(nb, sizeof(*v));
+	uint64_t r0, w0, *perm = calloc(nb, sizeof(*perm));
+	unsigned seed = 7;
+
+	assert_non_null(want);
+	assert_non_null(v);
+	assert_non_null(perm);
+	assert_int_equal(tpeer_create(&tp, PEER_SIZE), 0);
+	tpeer_fill(&tp, 0, want, PEER_SIZE);
+	assert_int_equal(f->g->peer_open(t, &tp.m, &p), 0);
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &e), 0);
+	pat(buf, 8 * PG, 51);
+	assert_int_equal(t->ops->write(t, &e, 0, buf, 8 * PG), 0);
+	pat(h, 4 * PG, 52);
+	r0 = ld(&t->st.reads);
+	w0 = ld(&t->st.writes);
+
+	/* peer_write: a pool-side and a host-side transfer into [PG, 2PG)
+	 * (the order cuda changes).
+	 */
+	x[0] = (struct kvfs_gpu_xfer){ .pool = &e, .off = 0, .peer_off = 0,
+				       .len = 2 * PG };
+	x[1] = (struct kvfs_gpu_xfer){ .host = h, .peer_off = PG,
+				       .len = 2 * PG };
+	log_capture();
+	assert_int_equal(f->g->peer_write(t, p, x, 2), -EINVAL);
+	assert_true(log_has("transfers 0 and 1 of 2 write overlapping peer "
+			    "ranges"));
+	/* One byte, out of order; the pair is named in array order. */
+	x[0] = (struct kvfs_gpu_xfer){ .host = h, .peer_off = 10 * PG,
+				       .len = PG };
+	x[1] = (struct kvfs_gpu_xfer){ .pool = &e, .off = PG, .peer_off = 0,
+				       .len = PG };
+	x[2] = (struct kvfs_gpu_xfer){ .host = h + PG, .peer_off = 9 * PG + 1,
+				       .len = PG };
+	log_capture();
+	assert_int_equal(f->g->peer_write(t, p, x, 3), -EINVAL);
+	assert_true(log_has("transfers 0 and 2 of 3 write overlapping peer"));
+	/* Its last byte, from above. */
+	x[2].peer_off = 11 * PG - 1;
+	assert_int_equal(f->g->peer_write(t, p, x, 3), -EINVAL);
+	assert_true(tpeer_equal(&tp, want));
+	assert_int_equal(ld(&t->st.reads), r0);
+
+	/* Touching ranges, and an empty transfer at a used offset: fine. */
+	x[2].peer_off = 11 * PG;
+	x[1].peer_off = 10 * PG + 5;
+	x[1].len = 0;
+	assert_int_equal(f->g->peer_write(t, p, x, 3), 0);
+	memcpy(want + 10 * PG, h, PG);
+	memcpy(want + 11 * PG, h + PG, PG);
+	assert_true(tpeer_equal(&tp, want));
+
+	/* A large shuffled batch: accepted, every piece where it was sent;
+	 * then one piece moved onto its neighbour's last byte: refused.
+	 */
+	pat(big, nb * bl, 53);
+	for (uint64_t i = 0; i < nb; i++)
+		perm[i] = i;
+	for (uint64_t i = nb - 1; i > 0; i--) {
+		uint64_t j = (uint64_t)rand_r(&seed) % (i + 1), tmp = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = tmp;
+	}
+	for (uint64_t i = 0; i < nb; i++) {
+		v[i] = (struct kvfs_gpu_xfer){ .host = big + i * bl,
+					       .peer_off = 64 * PG +
+							   perm[i] * bl,
+					       .len = bl };
+		memcpy(want + 64 * PG + perm[i] * bl, big + i * bl, bl);
+	}
+	assert_int_equal(f->g->peer_write(t, p, v, nb), 0);
+	assert_true(tpeer_equal(&tp, want));
+	r0 = ld(&t->st.reads);
+	v[500].peer_off = v[700].peer_off + bl - 1;
+	pat(big, nb * bl, 54);
+	assert_int_equal(f->g->peer_write(t, p, v, nb), -EINVAL);
+	assert_true(tpeer_equal(&tp, want));
+	assert_int_equal(ld(&t->st.reads), r0);
+
+	/* peer_read: two host destinations sharing bytes, then two pool
+	 * ones; nothing written to either.
+	 */
+	memset(h2, 0x3c, 4 * PG);
+	x[0] = (struct kvfs_gpu_xfer){ .host = h2, .peer_off = 0,
+				       .len = PG };
+	x[1] = (struct kvfs_gpu_xfer){ .pool = &e, .off = 0, .peer_off = 0,
+				       .len = PG };
+	x[2] = (struct kvfs_gpu_xfer){ .host = h2 + PG / 2,
+				       .peer_off = 10 * PG, .len = PG };
+	log_capture();
+	assert_int_equal(f->g->peer_read(t, p, x, 3), -EINVAL);
+	assert_true(log_has("transfers 0 and 2 of 3 write overlapping host"));
+	x[2] = (struct kvfs_gpu_xfer){ .pool = &e, .off = PG - 1,
+				       .peer_off = 10 * PG, .len = 2 * PG };
+	log_capture();
+	assert_int_equal(f->g->peer_read(t, p, x, 3), -EINVAL);
+	assert_true(log_has("transfers 1 and 2 of 3 write overlapping pool"));
+	for (unsigned i = 0; i < 4 * PG; i++)
+		assert_int_equal(h2[i], 0x3c);
+	memset(buf, 0, 8 * PG);
+	assert_int_equal(t->ops->read(t, &e, 0, buf, 8 * PG), 0);
+	assert_true(is_pat(buf, 8 * PG, 51));
+	assert_int_equal(ld(&t->st.writes), w0);
+
+	/* Overlapping sources, disjoint destinations: fine. The pool and
+	 * the host are different memory, so equal offsets do not clash.
+	 */
+	pat(want, 2 * PG, 55);
+	tpeer_fill(&tp, 0, want, 2 * PG);
+	x[2] = (struct kvfs_gpu_xfer){ .pool = &e, .off = PG,
+				       .peer_off = PG / 2, .len = PG };
+	x[0].len = PG / 2;
+	assert_int_equal(f->g->peer_read(t, p, x, 3), 0);
+	assert_memory_equal(h2, want, PG / 2);
+	assert_int_equal(t->ops->read(t, &e, 0, buf, 2 * PG), 0);
+	assert_memory_equal(buf, want, PG);
+	assert_memory_equal(buf + PG, want + PG / 2, PG);
+
+	f->g->peer_close(t, p);
+	t->ops->free(t, &e);
+	tpeer_destroy(&tp);
+	free(want);
+	free(h);
+	free(h2);
+	free(buf);
+	free(big);
+	free(v);
+	free(perm);
+}
+
 /* ---- threads ---- */
 
 struct thr {
@@ -1958,6 +2152,7 @@ int main(int argc, char **argv)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_range, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_overlap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cuda_handle_cache, setup,
 						teardown),
