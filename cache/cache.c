@@ -845,7 +845,11 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	b->pn.parent = parent ? &parent->pn : NULL;
 	b->parent = parent;
 	parent = NULL;
-	b->pn.depth = (uint32_t)(h.start_pos / p->ns->geom.block_tokens);
+	/* An orphan may claim any position: saturate, don't wrap. */
+	b->pn.depth = h.start_pos / p->ns->geom.block_tokens > UINT32_MAX ?
+			      UINT32_MAX :
+			      (uint32_t)(h.start_pos /
+					 p->ns->geom.block_tokens);
 	b->pn.tokens = h.n_tokens;
 	b->pn.size = ssize;
 	b->ino = p->ino;

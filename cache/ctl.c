@@ -613,7 +613,11 @@ static int sync_open(struct ctx *x, struct sync_word *sw)
 	if (fd < 0)
 		return fail(x, -ENOENT, "sync shm %s does not exist",
 			    s->shm_name), -ENOENT;
-	if (fstat(fd, &st) || (uint64_t)st.st_size < s->off + 4) {
+	/* Not s->off + 4 <= size: an offset near 2^64 would wrap past it
+	 * and put the word before the mapping.
+	 */
+	if (fstat(fd, &st) || st.st_size < 4 ||
+	    s->off > (uint64_t)st.st_size - 4) {
 		close(fd);
 		return fail(x, -EINVAL, "sync word outside shm %s",
 			    s->shm_name), -EINVAL;
@@ -1072,8 +1076,11 @@ static int op_prefetch(struct ctx *x)
 	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	/* Before the thread starts: it frees @j. */
+	x->resp->n_cached = (uint32_t)j->n;
 	kvfs_bg_begin(x->c);
 	if (pthread_create(&t, &at, prefetch_main, j)) {
+		x->resp->n_cached = 0;
 		kvfs_bg_end(x->c);
 		put_all(x->c, j->v, j->n);
 		free(j->v);
@@ -1082,7 +1089,6 @@ static int op_prefetch(struct ctx *x)
 		return fail(x, -EAGAIN, "%s", "no thread for the prefetch");
 	}
 	pthread_attr_destroy(&at);
-	x->resp->n_cached = (uint32_t)j->n;
 	return 0;
 }
 

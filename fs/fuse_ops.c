@@ -1034,6 +1034,30 @@ static void kvfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	reply_value(req, list, (int)used, size);
 }
 
+/*
+ * A settable value is one short word. Trailing newlines and NULs are
+ * dropped (echo and some tools add them); anything else around the word,
+ * or a value too long for @len, makes it garbage rather than something to
+ * cut down to a word that happens to parse: -EINVAL.
+ */
+static int xattr_word(const char *name, const char *value, size_t size,
+		      char *v, size_t len)
+{
+	while (size && (value[size - 1] == '\0' || value[size - 1] == '\n'))
+		size--;
+	if (size >= len || (size && (memchr(value, '\0', size) ||
+				     memchr(value, '\n', size)))) {
+		kvfs_warn("setxattr %s: a value of %zu bytes that is not one "
+			  "word", name, size);
+		v[0] = 0;
+		return -EINVAL;
+	}
+	if (size)
+		memcpy(v, value, size);
+	v[size] = 0;
+	return 0;
+}
+
 static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			  const char *value, size_t size, int flags)
 {
@@ -1054,14 +1078,10 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		reply_rc(req, ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
 		return;
 	}
-	/* Values are short words; tolerate a trailing newline or NUL. */
-	if (size >= sizeof(v))
-		size = sizeof(v) - 1;
-	memcpy(v, value, size);
-	v[size] = 0;
-	v[strcspn(v, "\n")] = 0;
 	if (!strcmp(name, XATTR_PREFIX "pin")) {
-		tier = kvfs_tier_parse(v);
+		tier = xattr_word(name, value, size, v, sizeof(v));
+		if (!tier)
+			tier = kvfs_tier_parse(v);
 		if (tier < 0) {
 			kvfs_warn("setxattr %s=%s: expected gpu, dram or ssd",
 				  name, v);
@@ -1070,7 +1090,9 @@ static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			rc = kvfs_cache_pin(fs->c, b, tier);
 		}
 	} else if (!strcmp(name, XATTR_PREFIX "category")) {
-		rc = kvfs_util_parse_u32(v, &cat);
+		rc = xattr_word(name, value, size, v, sizeof(v));
+		if (!rc)
+			rc = kvfs_util_parse_u32(v, &cat);
 		if (rc || cat > 0xffff) {
 			kvfs_warn("setxattr %s=%s: expected 0..65535", name, v);
 			rc = -EINVAL;

@@ -42,9 +42,13 @@
 #define KVFS_CTL_NAME_MAX 64
 #define KVFS_CTL_MSG_SIZE 8192u
 /* One FUSE request carries at most 1 MiB each way (max_write and the
- * largest read), so a request and its response must each fit in it.
+ * largest read), so a request and its response must each fit in it. The
+ * kernel counts that in pages of the caller's buffer: a buffer that does
+ * not start on a page boundary spans one page more than its length, and a
+ * full 1 MiB from it would arrive as two requests (refused: a request is
+ * never assembled from pieces). One page less fits from any buffer.
  */
-#define KVFS_CTL_MAX_SIZE (1u << 20)
+#define KVFS_CTL_MAX_SIZE ((1u << 20) - 4096u)
 #define KVFS_CTL_MAX_BLOCKS 16384u
 
 enum kvfs_ctl_op {
