@@ -1263,6 +1263,13 @@ static int record_update(struct kvfs_cache *c, struct kvfs_block *b)
 	struct kvfs_meta_blk r;
 	int rc;
 
+	/* Deleted (unlinked, evicted) meanwhile: its record is gone for
+	 * good, and writing it again would bring the block back on an
+	 * extent already freed. DELETED is set under meta_lock, which the
+	 * caller holds.
+	 */
+	if (atomic_load(&b->flags) & KVFS_B_DELETED)
+		return -ENOENT;
 	if (!(atomic_load(&b->flags) & KVFS_B_PERSISTED))
 		return 0; /* the write-back will record the current state */
 	rc = kvfs_meta_txn_begin(c->store->meta, false, &t);

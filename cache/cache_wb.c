@@ -48,6 +48,16 @@ void kvfs_wb_enqueue(struct kvfs_cache *c, struct kvfs_block *b)
 
 /* ------------------------------------------------------------- deletion */
 
+/*
+ * Removes @b's record and gives its SSD extent back to the persistent free
+ * map in one transaction (if it has a record), then takes it out of the
+ * index, its namespace, the policy and the chunk cache; @why is the log's
+ * verb ("unlinked", "evicted from the SSD tier", ...). Memory and the
+ * extent are released once nothing has the block open. Returns 0,
+ * -ENOENT if it was deleted already, -EBUSY if it is pinned, or the
+ * metadata's error (nothing changed). Takes c->meta_lock and b->lock; the
+ * caller holds neither, nor c->policy_lock.
+ */
 int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		      const char *why)
 {
@@ -64,6 +74,20 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		pthread_mutex_unlock(&b->lock);
 		pthread_mutex_unlock(&c->meta_lock);
 		return -ENOENT;
+	}
+	/*
+	 * Every caller looked at the pins already, but before it held
+	 * meta_lock. A pin sets its bit and then records it under meta_lock,
+	 * so a pin acknowledged before this point is seen here: without this
+	 * check an unlink (or an SSD eviction) that looked a moment earlier
+	 * would delete a block whose pin had already been acknowledged.
+	 */
+	if (atomic_load(&b->pins)) {
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&c->meta_lock);
+		kvfs_info("ns %s: block %s.kv was pinned meanwhile: not %s",
+			  b->ns->rec.name, hex, why);
+		return -EBUSY;
 	}
 	pthread_mutex_unlock(&b->lock);
 	if (f & KVFS_B_PERSISTED) {
@@ -369,6 +393,7 @@ static int ssd_reserve(struct kvfs_cache *c, uint64_t len,
 		       struct kvfs_extent *e)
 {
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
+	char hex[KVFS_KEY_HEX_LEN + 1];
 	struct kvfs_pnode *v;
 	struct kvfs_block *b;
 	int rc;
@@ -391,11 +416,20 @@ static int ssd_reserve(struct kvfs_cache *c, uint64_t len,
 				  ssd->capacity);
 			return -ENOSPC;
 		}
+		/* Said before the transaction as well as after it: after a
+		 * crash, the log names the eviction that was under way.
+		 */
+		kvfs_fmt_key_hex(b->pn.key, hex);
+		kvfs_dbg("ns %s: evicting block %s.kv from the SSD tier",
+			 b->ns->rec.name, hex);
 		rc = kvfs_block_delete(c, b, "evicted from the SSD tier");
 		if (!rc)
 			atomic_fetch_add(&ssd->st.evictions, 1);
 		kvfs_cache_put(c, b);
-		if (rc && rc != -ENOENT)
+		/* Deleted by someone else, or pinned since it was picked:
+		 * the next victim, then.
+		 */
+		if (rc && rc != -ENOENT && rc != -EBUSY)
 			return rc;
 	}
 }
@@ -501,24 +535,34 @@ int kvfs_wb_pass(struct kvfs_cache *c)
 	c->wb_inflight = n;
 	pthread_mutex_unlock(&c->wb_lock);
 
-	/* 1. data: reserve and write; the DRAM copy of an unpersisted block is
-	 *    never dropped, so no lock is needed to read it.
+	/* 1. data: reserve and write. Eviction never drops the DRAM copy of
+	 *    an unpersisted block, but a delete (unlink) frees it at once
+	 *    unless the block is open: the pass counts itself as a reader
+	 *    while it copies, as kvfs_cache_reader_init() does, and the last
+	 *    of a delete and the pass frees the copy.
 	 */
 	size_t nw = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct kvfs_block *b = it[i].b;
+		struct kvfs_extent dx;
 
 		atomic_fetch_and(&b->flags, ~(unsigned)KVFS_B_QUEUED);
+		atomic_fetch_add(&b->opens, 1);
 		if (atomic_load(&b->flags) & KVFS_B_DELETED) {
 			it[i].rc = -ENOENT;
-			continue;
+		} else {
+			pthread_mutex_lock(&b->lock);
+			dx = b->dram;
+			pthread_mutex_unlock(&b->lock);
+			it[i].rc = ssd_reserve(c, dx.len, &it[i].ext);
+			if (!it[i].rc)
+				it[i].rc = ssd->ops->write(ssd, &it[i].ext, 0,
+							   dx.ptr, dx.len);
+			if (!it[i].rc)
+				nw++;
 		}
-		it[i].rc = ssd_reserve(c, b->dram.len, &it[i].ext);
-		if (!it[i].rc)
-			it[i].rc = ssd->ops->write(ssd, &it[i].ext, 0,
-						   b->dram.ptr, b->dram.len);
-		if (!it[i].rc)
-			nw++;
+		atomic_fetch_sub(&b->opens, 1);
+		kvfs_block_try_free(c, b);
 	}
 	/* 2. make the data durable before any record points to it */
 	if (nw && !(c->flags & KVFS_CACHE_NOSYNC)) {

@@ -343,6 +343,37 @@ static void test_unlink_while_open(void **state)
 	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), -ENOENT);
 }
 
+/*
+ * A pin that comes after the unlink of a block it still holds (it looked
+ * the block up first): the record is gone for good, and the pin must not
+ * write it back, which would bring the block back at the next start on an
+ * extent the free map already has.
+ */
+static void test_pin_after_unlink(void **state)
+{
+	struct fx *f = *state;
+	struct kvfs_cache_fsinfo before, after;
+	char name[KVFS_FMT_NAME_LEN + 1];
+	static uint8_t buf[16384];
+	struct kvfs_block *b;
+
+	kvfs_cache_fsinfo(f->c, &before);
+	assert_int_equal(put_block(f, 0, &b), 0);
+	assert_int_equal(kvfs_cache_sync(f->c, b), 0);
+	make_block(f, 0, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), 0);
+	assert_int_equal(kvfs_cache_pin(f->c, b, KVFS_TIER_SSD), -ENOENT);
+	assert_int_equal(kvfs_cache_unpin(f->c, b), -ENOENT);
+	kvfs_cache_put(f->c, b);
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	assert_int_equal(fx_open(f), 0);
+	assert_int_equal(kvfs_ns_nblocks(f->ns), 0);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), -ENOENT);
+	kvfs_cache_fsinfo(f->c, &after);
+	assert_int_equal(after.ssd_free, before.ssd_free);
+}
+
 /* A block only on the SSD, unlinked while open, then read: the load must
  * not become a DRAM copy the policy tracks, since the delete already made
  * the policy forget the block and nothing would ever remove it again.
@@ -792,6 +823,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dram_pressure, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin_after_unlink, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_while_open, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_open_then_load,
