@@ -1503,6 +1503,7 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		CS("chunk.spec_loaded", ks.spec_loaded);
 		CS("chunk.spec_used", ks.spec_used);
 		CS("chunk.prefetch_joined", ks.prefetch_joined);
+		CS("chunk.spec_cancelled", ks.spec_cancelled);
 		CS("chunk.dram_used", ks.dram_used);
 		CS("chunk.dram_pieces", ks.dram_pieces);
 		CS("chunk.gpu_used", ks.gpu_used);

@@ -42,6 +42,14 @@
  * there. Only speculative loads own flights and only other requests wait,
  * and a load resolves every flight it owns before it returns, so a wait
  * always ends.
+ *
+ * Cancels: a speculative load keeps at most st->spec_depth reads on the
+ * disk, and one started by kvfs_chunk_speculate() asks, under st->lock,
+ * before issuing each read (read_issue) whether it has been called off.
+ * If so the read is never issued and its flights are resolved there and
+ * then; if not they are marked issued. A request looks under the same
+ * lock and does not join a flight that is neither issued nor of a live
+ * load (flight_dead): it reads that piece with its own, without waiting.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -90,6 +98,11 @@ struct cflight {
 	uint32_t layer;
 	struct pw *waiters;    /* requests' pieces waiting (via pw.wnext) */
 	struct cflight *next;  /* in sc->flights */
+	/* The load's cancel flag (kvfs_chunk_speculate), or NULL; immutable,
+	 * valid while the flight is linked (the load's call).
+	 */
+	const atomic_int *cancel;
+	bool issued;           /* its read is on the disk (read_issue) */
 };
 
 /* One cached piece; guarded by st->lock. */
@@ -152,6 +165,8 @@ struct kvfs_chunk_state {
 	atomic_uint_least64_t bytes_missed; /* wanted bytes the SSD served */
 	atomic_uint_least64_t spec_loaded, spec_used, evictions, demotions;
 	atomic_uint_least64_t prefetch_joined;
+	atomic_uint_least64_t spec_cancelled; /* pieces never issued */
+	unsigned spec_depth;  /* [chunks] spec_depth; immutable */
 
 	/* Broadcast, with st->lock, whenever a flight with waiters is
 	 * resolved.
@@ -967,19 +982,31 @@ struct join {
 	void *arg;
 };
 
-/* Caller holds st->lock. The flight of (@s, @layer), or NULL. */
+/*
+ * Caller holds st->lock. Whether @f's read will never happen: its load
+ * was called off before the read was issued. That cannot change any more
+ * (read_issue decides under the same lock, and a flag once set stays
+ * set), and the load resolves it without reading, so nobody waits for it.
+ */
+static bool flight_dead(const struct cflight *f)
+{
+	return f->cancel && !f->issued && atomic_load(f->cancel);
+}
+
+/* Caller holds st->lock. The live flight of (@s, @layer), or NULL. */
 static struct cflight *flight_find(struct cscore *s, uint32_t layer)
 {
 	for (struct cflight *f = s ? s->flights : NULL; f; f = f->next)
-		if (f->layer == layer)
+		if (f->layer == layer && !flight_dead(f))
 			return f;
 	return NULL;
 }
 
-/* Caller holds st->lock. A new flight on @s; NULL on ENOMEM (nobody can
- * join that read then).
+/* Caller holds st->lock. A new flight on @s of a load @cancel may call
+ * off; NULL on ENOMEM (nobody can join that read then).
  */
-static struct cflight *flight_new(struct cscore *s, uint32_t layer)
+static struct cflight *flight_new(struct cscore *s, uint32_t layer,
+				  const atomic_int *cancel)
 {
 	struct cflight *f = calloc(1, sizeof(*f));
 
@@ -987,6 +1014,7 @@ static struct cflight *flight_new(struct cscore *s, uint32_t layer)
 		return NULL;
 	f->sc = s;
 	f->layer = layer;
+	f->cancel = cancel;
 	f->next = s->flights;
 	s->flights = f;
 	return f;
@@ -1187,9 +1215,11 @@ static int ptr_cmp(const void *a, const void *b)
 	return (*x > *y) - (*x < *y);
 }
 
+/* A piece a cancelled load did not read ranks below every failure. */
 static int err_rank(int e)
 {
-	return e == -EIO ? 4 : e == -EBADMSG ? 3 : e == -ENOENT ? 2 : e ? 1 : 0;
+	return e == -EIO ? 5 : e == -EBADMSG ? 4 : e == -ENOENT ? 3 :
+	       e == -ECANCELED ? 1 : e ? 2 : 0;
 }
 
 /* Validate every piece before anything happens. */
@@ -1466,6 +1496,7 @@ struct rng {
 	unsigned iovcnt;
 	bool contig;         /* direct: memory adjacent so far */
 	bool multi;          /* direct: spans layers (then contig) */
+	bool cancelled;      /* never issued: its load was called off */
 };
 
 /* What the completion of each read needs. */
@@ -1482,6 +1513,7 @@ struct rd {
 	struct iovec *iov;   /* the direct reads' iovecs */
 	struct prj *pj;      /* projections of hidden-state pieces */
 	struct join *jn;     /* pieces waiting for speculative loads */
+	const atomic_int *cancel; /* a speculative load's, or NULL */
 	bool spec, client;
 	kvfs_chunk_cb *cb;
 	void *arg;
@@ -1529,6 +1561,56 @@ static void scrub(struct rd *d, size_t i)
 }
 
 /*
+ * ->issue of a cancellable speculative load's read: it goes to the disk
+ * unless the load has been called off, and then never. Decided under
+ * st->lock, where a request deciding whether to join one of its pieces
+ * looks (flight_dead): it finds either a read on the disk, which it may
+ * wait for, or one that will never be, which it reads itself.
+ */
+static int read_issue(struct kvfs_tier_io *io, void *arg)
+{
+	struct rd *d = arg;
+	struct rng *r = &d->r[io - d->io];
+	struct kvfs_chunk_state *st = d->c->chunks;
+	bool off, wake = false;
+
+	pthread_mutex_lock(&st->lock);
+	off = atomic_load(d->cancel) != 0;
+	for (size_t j = 0; j < r->n; j++) {
+		struct pw *w = &d->pw[d->ord[r->first + j]];
+
+		if (!w->fl_own)
+			continue;
+		/* Requests that joined before the cancel read it now. */
+		if (off)
+			wake |= flight_resolve(w->fl);
+		else
+			w->fl->issued = true;
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (wake)
+		pthread_cond_broadcast(&st->flight_cond);
+	if (!off)
+		return 0;
+	r->cancelled = true;
+	return -ECANCELED;
+}
+
+/* A read read_issue kept off the disk: its pieces were never read. */
+static void read_cancelled(struct rd *d, const struct rng *r)
+{
+	struct kvfs_chunk_state *st = d->c->chunks;
+
+	for (size_t j = 0; j < r->n; j++) {
+		size_t i = d->ord[r->first + j];
+
+		d->p[i].err = -ECANCELED;
+		atomic_fetch_sub(&st->bytes_missed, d->pw[i].len);
+		atomic_fetch_add(&st->spec_cancelled, 1);
+	}
+}
+
+/*
  * One read has finished: check each of its pieces by its CRC (or its
  * block's image by the block CRC), project the ones stored as hidden
  * states, deliver them, and offer them to the chunk cache, while the rest
@@ -1543,6 +1625,10 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
 	uint8_t *kv = NULL;
 	size_t nins = 0, nkv = 0;
 
+	if (r->cancelled) {
+		read_cancelled(d, r);
+		return;
+	}
 	if (st->hook) {
 		struct kvfs_chunk_hook_ev ev = {
 			.spec = d->spec, .res = &io->res,
@@ -1666,19 +1752,21 @@ static void read_done(struct kvfs_tier_io *io, void *arg)
  * scratch buffer through merged, 4 KiB-rounded ranges and copied out once
  * checked. Each read is checked and delivered as soon as it completes;
  * after each, the pieces of @jn (may be NULL) whose loads are done are
- * delivered too.
+ * delivered too. A speculative load keeps at most st->spec_depth reads on
+ * the disk, and with @cancel issues none once *@cancel is set.
  */
 static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    struct pw *pw, size_t n, struct bw *bw, size_t nb,
 		    bool spec, bool client, struct ins *ins, struct prj *pj,
-		    struct join *jn, struct kvfs_chunk_result *res,
-		    kvfs_chunk_cb *cb, void *arg)
+		    struct join *jn, const atomic_int *cancel,
+		    struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		    void *arg)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
 	struct rd d = { .c = c, .p = p, .pw = pw, .bw = bw, .ins = ins,
-			.pj = pj, .jn = jn, .spec = spec, .client = client,
-			.cb = cb, .arg = arg };
+			.pj = pj, .jn = jn, .cancel = cancel, .spec = spec,
+			.client = client, .cb = cb, .arg = arg };
 	struct kvfs_extent *ex = NULL;
 	size_t nr = 0, nd = 0, m, *cnt = NULL;
 	uint64_t total = 0;
@@ -1894,11 +1982,21 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		}
 		d.io[i].done = read_done;
 		d.io[i].arg = &d;
+		/* The rest stays off the disk, where a request's reads
+		 * need not queue behind it and a cancel still stops it.
+		 */
+		if (spec)
+			d.io[i].depth = st->spec_depth;
+		if (cancel)
+			d.io[i].issue = read_issue;
 	}
 	ssd->ops->readv(ssd, d.io, nr);
-	res->ssd_reads += (uint32_t)nr;
-	for (size_t i = 0; i < nr; i++)
+	for (size_t i = 0; i < nr; i++) {
+		if (d.r[i].cancelled)
+			continue;
+		res->ssd_reads++;
 		res->bytes_read += ex[i].len;
+	}
 out_free:
 	buf_release(st, d.buf);
 	free(d.iov);
@@ -2208,16 +2306,37 @@ static void serve_blocks(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		}
 }
 
+static int chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		      size_t n, unsigned flags, const atomic_int *cancel,
+		      struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		      void *arg);
+
 int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		    size_t n, unsigned flags, struct kvfs_chunk_result *res)
 {
-	return kvfs_chunk_read_cb(c, p, n, flags, res, NULL, NULL);
+	return chunk_read(c, p, n, flags, NULL, res, NULL, NULL);
 }
 
 int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		       size_t n, unsigned flags,
 		       struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
 		       void *arg)
+{
+	return chunk_read(c, p, n, flags, NULL, res, cb, arg);
+}
+
+int kvfs_chunk_speculate(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+			 size_t n, const atomic_int *cancel,
+			 struct kvfs_chunk_result *res)
+{
+	return chunk_read(c, p, n, KVFS_CHUNK_SPECULATIVE, cancel, res, NULL,
+			  NULL);
+}
+
+static int chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+		      size_t n, unsigned flags, const atomic_int *cancel,
+		      struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
+		      void *arg)
 {
 	struct kvfs_chunk_state *st = c->chunks;
 	bool spec = flags & KVFS_CHUNK_SPECULATIVE;
@@ -2352,7 +2471,8 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 				pw[i].todo = false;
 				continue;
 			}
-			if (s && (pw[i].fl = flight_new(s, p[i].layer)))
+			if (s && (pw[i].fl = flight_new(s, p[i].layer,
+							 cancel)))
 				pw[i].fl_own = true;
 		}
 		pthread_mutex_unlock(&st->lock);
@@ -2375,7 +2495,8 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	free(kv);
 	kv = NULL;
 	rc = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj,
-		      jn.waiting ? &jn : NULL, res, cb, arg);
+		      jn.waiting ? &jn : NULL, spec ? cancel : NULL, res, cb,
+		      arg);
 	for (size_t i = 0; i < n; i++)
 		if (rc && pw[i].ssd && pw[i].todo && !p[i].err)
 			p[i].err = rc;
@@ -2408,7 +2529,7 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 	}
 	if (nref) {
 		rc2 = read_ssd(c, p, pw, n, bw, nb, spec, client, ins, &pj,
-			       NULL, res, cb, arg);
+			       NULL, NULL, res, cb, arg);
 		for (size_t i = 0; i < n; i++)
 			if (rc2 && pw[i].ssd && pw[i].todo && !p[i].err)
 				p[i].err = rc2;
@@ -2763,6 +2884,7 @@ int kvfs_chunk_init(struct kvfs_cache *c)
 		kvfs_warn("[chunks] gpu_capacity exceeds the device pool; "
 			  "the pool's free room limits it");
 	st->halflife = c->conf.score_halflife;
+	st->spec_depth = c->conf.chunk_spec_depth;
 	st->scale = 1;
 	c->chunks = st;
 	kvfs_info("chunk cache: %s in DRAM, %s in the device pool, scores %s",
@@ -2871,6 +2993,7 @@ void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *o)
 	o->evictions = atomic_load(&st->evictions);
 	o->demotions = atomic_load(&st->demotions);
 	o->prefetch_joined = atomic_load(&st->prefetch_joined);
+	o->spec_cancelled = atomic_load(&st->spec_cancelled);
 }
 
 void kvfs_chunk_set_hook(struct kvfs_cache *c, kvfs_chunk_hook *fn,

@@ -45,6 +45,7 @@
 #ifndef KVFS_CACHE_CHUNK_H
 #define KVFS_CACHE_CHUNK_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,7 +69,9 @@ struct kvfs_chunk_piece {
 				* delivered */
 	int spec;              /* out: the cached copy was a speculative load */
 	int err;               /* out: 0, or why this piece was not
-				* delivered (-EBADMSG, -EIO, -ENOENT) */
+				* delivered (-EBADMSG, -EIO, -ENOENT;
+				* -ECANCELED: a cancelled speculative
+				* load did not read it) */
 };
 
 struct kvfs_chunk_result {
@@ -133,15 +136,20 @@ void kvfs_chunk_release(struct kvfs_cache *c);
  * With KVFS_CHUNK_SPECULATIVE a piece that is in no memory is read only if
  * the chunk cache would admit it now (its score beats a full set's
  * lowest), and not if another speculative load is reading it already;
- * p[i].from stays 0 for one that is skipped.
+ * p[i].from stays 0 for one that is skipped. Such a load keeps at most
+ * [chunks] spec_depth reads on the disk at once (0: no limit of its own),
+ * so that a request's reads do not queue behind all of it.
  * A non-speculative request that needs a piece a speculative load is
  * reading right now joins that read instead of issuing its own: it reads
  * its other pieces meanwhile, then waits for the load to offer the piece
  * to the chunk cache and takes the cached, CRC-verified bytes
  * (p[i].from = KVFS_CHUNK_FROM_CACHE, p[i].spec = 1, counted in
- * res->joined). If the load failed (I/O error, CRC mismatch) or the piece
- * did not stay in the cache, the request reads it itself. The wait is
- * bounded by the load's own reads; a speculative request never waits.
+ * res->joined). If the load failed (I/O error, CRC mismatch), was
+ * cancelled before issuing that read, or the piece did not stay in the
+ * cache, the request reads it itself. A piece whose load was cancelled
+ * and whose read was not issued is never joined: the request reads it
+ * with its own. The wait is bounded by the load's own reads; a
+ * speculative request never waits.
  * @res may be NULL.
  */
 int kvfs_chunk_read(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
@@ -159,6 +167,23 @@ int kvfs_chunk_read_cb(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		       size_t n, unsigned flags,
 		       struct kvfs_chunk_result *res, kvfs_chunk_cb *cb,
 		       void *arg);
+
+/*
+ * kvfs_chunk_speculate() - kvfs_chunk_read(@c, @p, @n,
+ * KVFS_CHUNK_SPECULATIVE, @res) that its caller can call off: once
+ * *@cancel is nonzero (set by any thread, never cleared while the call
+ * runs), the load issues no more SSD reads. Reads already on the disk
+ * complete and are checked, cached and joinable as usual; each piece of
+ * a read not issued gets err -ECANCELED and from 0, counts in the
+ * spec_cancelled stat and in neither bytes_read nor ssd_reads, and a
+ * request that joined it meanwhile reads it itself. @cancel must stay
+ * valid until the call returns; NULL: nothing can call the load off.
+ * Returns like kvfs_chunk_read(); a cancelled piece ranks below every
+ * failure (-ECANCELED is returned only when nothing failed).
+ */
+int kvfs_chunk_speculate(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
+			 size_t n, const atomic_int *cancel,
+			 struct kvfs_chunk_result *res);
 
 /* Add an engine-reported attention score to chunk @chunk of @b: I += @a
  * (a sum that would overflow stays at DBL_MAX). 0, -EINVAL (chunk out of
@@ -205,7 +230,9 @@ size_t kvfs_chunk_ncrcs(const struct kvfs_block *b);
  * the device set to DRAM; spec_loaded counts speculative pieces cached,
  * spec_used those an engine request used afterwards, from the cache
  * (also in mem_hits) or by waiting for their load (prefetch_joined, in
- * neither mem_hits nor bytes_missed).
+ * neither mem_hits nor bytes_missed); spec_cancelled counts pieces a
+ * speculative load meant to read and did not, because it was cancelled
+ * (kvfs_chunk_speculate) before issuing their reads.
  */
 struct kvfs_chunk_stats {
 	uint64_t dram_used, dram_capacity, dram_pieces;
@@ -213,7 +240,7 @@ struct kvfs_chunk_stats {
 	uint64_t bytes_wanted, bytes_read, ssd_reads, mem_hits;
 	uint64_t bytes_missed; /* of bytes_wanted, those read from the SSD */
 	uint64_t spec_loaded, spec_used, evictions, demotions;
-	uint64_t prefetch_joined;
+	uint64_t prefetch_joined, spec_cancelled;
 };
 void kvfs_chunk_get_stats(struct kvfs_cache *c, struct kvfs_chunk_stats *st);
 /* Score of (b, chunk): I, F and S = I * F (each pointer may be NULL);

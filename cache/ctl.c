@@ -43,13 +43,27 @@ struct region {
 	int pid;
 };
 
+/*
+ * Calls off speculative loads (kvfs_chunk_speculate) once the engine's
+ * next real request arrives: held by the session and by each load it
+ * started since its last FETCH_CHUNKS; freed by the last holder.
+ */
+struct spec_token {
+	atomic_int cancel; /* set once, never cleared */
+	atomic_int refs;
+};
+
 struct kvfs_ctl_session {
 	struct kvfs_cache *c;
-	pthread_mutex_t lock; /* guards l, n, cap, rg, nrg, caprg */
+	pthread_mutex_t lock; /* guards l, n, cap, rg, nrg, caprg, spec */
 	struct lease *l;
 	size_t n, cap;
 	struct region *rg;
 	size_t nrg, caprg;
+	/* The token of the loads started since the last FETCH_CHUNKS, or
+	 * NULL (none yet).
+	 */
+	struct spec_token *spec;
 	/* FETCH_CHUNKS staging, kept between requests so that its pages are
 	 * faulted in once, not per request. Taken by try-lock; a concurrent
 	 * request on the same descriptor stages in its own buffer.
@@ -92,6 +106,49 @@ static int tgid_of(int tid)
 			break;
 	fclose(f);
 	return tgid;
+}
+
+static void spec_token_put(struct spec_token *t)
+{
+	if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+		free(t);
+}
+
+/* The session's token, with a reference for a new load; NULL without
+ * memory (that load then runs to its end).
+ */
+static struct spec_token *spec_token_get(struct kvfs_ctl_session *s)
+{
+	struct spec_token *t;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->spec && (s->spec = calloc(1, sizeof(*s->spec))))
+		atomic_init(&s->spec->refs, 1);
+	t = s->spec;
+	if (t)
+		atomic_fetch_add(&t->refs, 1);
+	pthread_mutex_unlock(&s->lock);
+	return t;
+}
+
+/*
+ * The engine's real request (or its leaving) supersedes the guesses the
+ * session's loads are making: their reads not yet on the disk are never
+ * issued, so that the request's own do not queue behind them. Reads
+ * already issued finish, and the request may join them.
+ */
+static void spec_cancel(struct kvfs_ctl_session *s)
+{
+	struct spec_token *t;
+
+	pthread_mutex_lock(&s->lock);
+	t = s->spec;
+	s->spec = NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!t)
+		return;
+	atomic_store(&t->cancel, 1);
+	spec_token_put(t);
 }
 
 int kvfs_ctl_open(struct kvfs_cache *c, struct kvfs_ctl_session **out)
@@ -230,6 +287,7 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s)
 		}
 	}
 	pthread_mutex_unlock(&c->ctl_lock);
+	spec_cancel(s);
 	pthread_mutex_lock(&s->lock);
 	while (s->n)
 		lease_drop_at(s, s->n - 1);
@@ -1199,6 +1257,7 @@ struct spec_job {
 	size_t nv;
 	struct kvfs_chunk_piece *p;
 	size_t n;
+	struct spec_token *tok; /* a reference; NULL: cannot be called off */
 };
 
 static void *spec_main(void *arg)
@@ -1206,7 +1265,13 @@ static void *spec_main(void *arg)
 	struct spec_job *j = arg;
 	struct kvfs_chunk_result res;
 
-	kvfs_chunk_read(j->c, j->p, j->n, KVFS_CHUNK_SPECULATIVE, &res);
+	/* One superseded before it began has nothing to load. */
+	if (!j->tok)
+		kvfs_chunk_read(j->c, j->p, j->n, KVFS_CHUNK_SPECULATIVE,
+				&res);
+	else if (!atomic_load(&j->tok->cancel))
+		kvfs_chunk_speculate(j->c, j->p, j->n, &j->tok->cancel, &res);
+	spec_token_put(j->tok);
 	put_all(j->c, j->v, j->nv);
 	kvfs_bg_end(j->c);
 	free(j->v);
@@ -1218,7 +1283,8 @@ static void *spec_main(void *arg)
 /*
  * Inter-period prefetch: the same chunks for the next period's layers,
  * loaded into the chunk cache by a background thread while the engine
- * computes this period.
+ * computes this period, until the session's next FETCH_CHUNKS calls it
+ * off (spec_cancel).
  */
 static void speculate(struct ctx *x, struct kvfs_block **v,
 		      const size_t *bi, const uint32_t *local)
@@ -1255,6 +1321,7 @@ static void speculate(struct ctx *x, struct kvfs_block **v,
 			pc->layer = first + l;
 			pc->chunk = local[k];
 		}
+	j->tok = spec_token_get(x->s);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	kvfs_bg_begin(x->c);
@@ -1264,6 +1331,7 @@ static void speculate(struct ctx *x, struct kvfs_block **v,
 	}
 	kvfs_bg_end(x->c);
 	pthread_attr_destroy(&at);
+	spec_token_put(j->tok);
 	put_all(x->c, j->v, j->nv);
 out_free:
 	free(j->p);
@@ -1398,6 +1466,8 @@ static int op_fetch_chunks(struct ctx *x)
 			     "token", x->chunks[k]);
 			goto out_put;
 		}
+	/* This request supersedes what the session guessed it would be. */
+	spec_cancel(x->s);
 	total = (uint64_t)r->n_layers * nc * cb;
 	sp = r->sub_period && r->sub_period < r->n_layers ? r->sub_period
 							   : r->n_layers;

@@ -44,7 +44,8 @@ struct kvfs_extent {
  * range's @res is final, on the thread that called ->readv, possibly while
  * later ranges are still in flight (ssd): a caller verifies and delivers
  * each range while the disk works on the rest. It must not call into the
- * same tier.
+ * same tier. @done and @issue get @arg. Fields a caller does not use
+ * are zero (no iovecs, no depth of its own, no @issue).
  */
 struct kvfs_tier_io {
 	const struct kvfs_extent *ext;
@@ -57,6 +58,21 @@ struct kvfs_tier_io {
 	 */
 	const struct iovec *iov;
 	unsigned iovcnt;
+	/* ssd only: the range is issued only while fewer than @depth
+	 * ranges of its batch are in flight (0: the tier's own limit, 256).
+	 * Ranges are issued in index order, so one @depth on every range
+	 * of a batch caps the batch: the rest wait, not yet issued, which
+	 * is what lets @issue still call them off.
+	 */
+	unsigned depth;
+	/* ssd only: when set, called on the readv thread right before the
+	 * range is issued (after its checks, never for a retry of a short
+	 * transfer). A nonzero return (-errno, e.g. -ECANCELED) keeps it
+	 * from being issued: @res is that value, ->done is called at once,
+	 * and it counts in no op. Ranges already issued are not affected.
+	 * Same rules as ->done: it must not call into the same tier.
+	 */
+	int (*issue)(struct kvfs_tier_io *io, void *arg);
 	int res; /* out: 0 or -errno */
 	void (*done)(struct kvfs_tier_io *io, void *arg);
 	void *arg;
@@ -112,9 +128,12 @@ struct kvfs_tier_ops {
 	/* Submit every range of @io as one batch (one io_uring submission for
 	 * ssd) and wait for all. Returns 0 if all succeeded, else the first
 	 * error (lowest index); each io->res says its own result. A range
-	 * that fails the checks of ->read is not issued (res -EINVAL); each
-	 * issued range counts one op in st.reads. Every range's ->done, if
-	 * set, has been called when readv returns.
+	 * that fails the checks of ->read is not issued (res -EINVAL), nor
+	 * is one its ->issue refuses (res its return); each issued range
+	 * counts one op in st.reads. ssd issues ranges in index order, at
+	 * most io->depth (or 256) in flight, KVFS_SSD_MEMORY included (its
+	 * copies are then made as the oldest range in flight completes).
+	 * Every range's ->done, if set, has been called when readv returns.
 	 */
 	int (*readv)(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n);
 	/* Make every completed write durable (fdatasync). 0 or -errno. */

@@ -79,6 +79,7 @@ struct ssd_req {
 	int res;            /* 0 or -errno once done */
 	unsigned again;     /* -EAGAIN completions so far */
 	bool write;
+	bool refused;       /* readv: its ->issue kept it off the disk */
 };
 
 /* Each thread starts its search for a free ring at its own index. */
@@ -174,11 +175,6 @@ static bool ssd_complete(struct ssd_req *q, int res)
 	return false;
 }
 
-/*
- * Run @n requests on @r, which the caller holds, at most SSD_RING_DEPTH in
- * flight, refilling as they complete; wait for every one of them. Short
- * transfers are resubmitted in place.
- */
 static void ssd_finish(struct ssd_req *q, struct kvfs_tier_io *io)
 {
 	if (!io)
@@ -187,6 +183,46 @@ static void ssd_finish(struct ssd_req *q, struct kvfs_tier_io *io)
 	kvfs_tier_io_done(&io[q->io]);
 }
 
+/* Whether @q may be issued now, with @inflight requests of its batch on
+ * the disk: its range's depth, else the ring's.
+ */
+static bool ssd_room(const struct ssd_req *q, const struct kvfs_tier_io *io,
+		     unsigned inflight)
+{
+	unsigned d = io ? io[q->io].depth : 0;
+
+	if (!d || d > SSD_RING_DEPTH)
+		d = SSD_RING_DEPTH;
+	return inflight < d;
+}
+
+/*
+ * @q is about to be issued: its range's ->issue has the last word. True
+ * when it refused, and @q is then finished (its result and done).
+ */
+static bool ssd_refused(struct ssd_req *q, struct kvfs_tier_io *io)
+{
+	struct kvfs_tier_io *x;
+	int rc;
+
+	if (!io || !io[q->io].issue)
+		return false;
+	x = &io[q->io];
+	rc = x->issue(x, x->arg);
+	if (!rc)
+		return false;
+	q->res = rc < 0 ? rc : -ECANCELED;
+	q->refused = true;
+	ssd_finish(q, io);
+	return true;
+}
+
+/*
+ * Run @n requests on @r, which the caller holds, at most SSD_RING_DEPTH in
+ * flight (fewer where a range's depth says so), issued in order and
+ * refilled as they complete; wait for every one of them. Short transfers
+ * are resubmitted in place.
+ */
 static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
 		    struct ssd_req *q, size_t n, struct kvfs_tier_io *io)
 {
@@ -200,20 +236,32 @@ static void ssd_run(struct kvfs_tier_ssd *s, struct ssd_ring *r,
 	if (r->dead)
 		goto out_fail;
 	while (next < n || retry >= 0 || inflight) {
-		while (inflight < SSD_RING_DEPTH && (retry >= 0 || next < n)) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+		/*
+		 * A free entry is made sure of before ->issue is asked: a
+		 * range it lets go is issued at once. A retry continues a
+		 * range already in flight and is not asked again.
+		 */
+		while (inflight < SSD_RING_DEPTH && (retry >= 0 || next < n) &&
+		       io_uring_sq_space_left(&r->ring)) {
+			struct io_uring_sqe *sqe;
 
-			if (!sqe)
-				break;
 			if (retry >= 0) {
 				i = (size_t)retry;
 				retry = q[i].next;
 			} else {
+				if (!ssd_room(&q[next], io, inflight))
+					break;
 				i = next++;
+				if (ssd_refused(&q[i], io))
+					continue;
 			}
+			sqe = io_uring_get_sqe(&r->ring);
 			ssd_prep(s, sqe, &q[i], i);
 			inflight++;
 		}
+		/* Every range left was refused: nothing to wait for. */
+		if (!inflight)
+			break;
 		/*
 		 * Prepared entries the kernel did not take stay queued and go
 		 * with the next call, so a transient failure only loops.
@@ -256,30 +304,54 @@ out_fail:
  * shm): guarded like the kernel's own copy would be, which fails with
  * EFAULT rather than a signal.
  */
+static void ssd_copy_mem(struct kvfs_tier_ssd *s, struct ssd_req *q)
+{
+	uint64_t at = q->pos;
+
+	if (q->write)
+		memcpy(s->mem + q->pos, q->buf, q->left);
+	else if (!q->iov && kvfs_guard_memcpy(q->buf, s->mem + q->pos,
+					      q->left))
+		q->res = -EFAULT;
+	for (unsigned k = 0; q->iov && k < q->iovcnt; k++) {
+		if (kvfs_guard_memcpy(q->iov[k].iov_base, s->mem + at,
+				      q->iov[k].iov_len)) {
+			q->res = -EFAULT;
+			break;
+		}
+		at += q->iov[k].iov_len;
+	}
+	if (q->res > 0)
+		q->res = 0;
+}
+
+/*
+ * The memory form runs a batch as the ring would: ranges are issued in
+ * order up to the same depth, and the oldest one in flight completes (is
+ * copied, then done) before the next is issued, so a caller sees the
+ * same order of ->issue and ->done calls, and the same ranges still
+ * unissued when it cancels, as on a disk.
+ */
 static void ssd_run_mem(struct kvfs_tier_ssd *s, struct ssd_req *q, size_t n,
 			struct kvfs_tier_io *io)
 {
-	for (size_t i = 0; i < n; i++) {
-		uint64_t at = q[i].pos;
+	size_t head = 0, next = 0; /* oldest in flight; first not issued */
+	unsigned inflight = 0;
 
-		if (q[i].write)
-			memcpy(s->mem + q[i].pos, q[i].buf, q[i].left);
-		else if (!q[i].iov &&
-			 kvfs_guard_memcpy(q[i].buf, s->mem + q[i].pos,
-					   q[i].left))
-			q[i].res = -EFAULT;
-		for (unsigned k = 0; q[i].iov && k < q[i].iovcnt; k++) {
-			if (kvfs_guard_memcpy(q[i].iov[k].iov_base,
-					      s->mem + at,
-					      q[i].iov[k].iov_len)) {
-				q[i].res = -EFAULT;
-				break;
-			}
-			at += q[i].iov[k].iov_len;
+	while (head < n) {
+		while (next < n && ssd_room(&q[next], io, inflight)) {
+			if (!ssd_refused(&q[next], io))
+				inflight++;
+			next++;
 		}
-		if (q[i].res > 0)
-			q[i].res = 0;
-		ssd_finish(&q[i], io);
+		while (head < next && q[head].refused)
+			head++;
+		if (head == next)
+			continue;
+		ssd_copy_mem(s, &q[head]);
+		ssd_finish(&q[head], io);
+		inflight--;
+		head++;
 	}
 }
 
@@ -348,6 +420,7 @@ static void ssd_req_init(struct ssd_req *q, const struct kvfs_extent *e,
 	q->res = 1;
 	q->again = 0;
 	q->write = write;
+	q->refused = false;
 }
 
 /*
@@ -403,17 +476,20 @@ static int ssd_read(struct kvfs_tier *t, const struct kvfs_extent *e,
 	return ssd_rw(t, e, off, buf, len, false);
 }
 
-/* Finish a window of readv requests: results and counters. */
+/* Finish a window of readv requests: counters of those issued. */
 static void ssd_readv_done(struct kvfs_tier *t, struct kvfs_tier_io *io,
 			   const struct ssd_req *q, size_t n)
 {
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, ops = 0;
 
 	for (size_t j = 0; j < n; j++) {
+		if (q[j].refused)
+			continue;
+		ops++;
 		if (!q[j].res)
 			bytes += io[q[j].io].len;
 	}
-	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, n, bytes);
+	kvfs_tier_count(&t->st.reads, &t->st.bytes_read, ops, bytes);
 }
 
 static int ssd_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)

@@ -28,7 +28,8 @@
  *                lease_ms 1..86400000, restore auto|gpu|cpu (default
  *                auto; needs a backend, and gpu needs cuda)
  *   [chunks]     dram_capacity 0..16T, gpu_capacity 0..16T,
- *                score_halflife 0..1e9 (requests; 0 = no decay)
+ *                score_halflife 0..1e9 (requests; 0 = no decay),
+ *                spec_depth 0..256 (0 = no limit)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
  *                for the policy to check (at most KVFS_CONF_MAX_OPTS)
  *   [namespace NAME]
@@ -407,6 +408,7 @@ static const struct conf_key chunk_keys[] = {
 	SIZE("gpu_capacity", struct kvfs_conf, chunk_gpu, 0, 16ull << 40),
 	U32("score_halflife", struct kvfs_conf, score_halflife, 0,
 	    1000000000, false),
+	U32("spec_depth", struct kvfs_conf, chunk_spec_depth, 0, 256, false),
 	{ NULL },
 };
 
@@ -886,6 +888,7 @@ void kvfs_conf_defaults(struct kvfs_conf *c)
 	c->gpu_capacity = 256ull << 20;
 	c->lease_ms = 60000;
 	c->chunk_dram = 64ull << 20;
+	c->chunk_spec_depth = 8;
 	strcpy(c->policy, "lru");
 }
 

@@ -110,6 +110,8 @@ struct kvfs_conf {
 	uint64_t chunk_dram;       /* chunk cache in DRAM (default 64M) */
 	uint64_t chunk_gpu;        /* chunk cache in the device pool (0) */
 	unsigned score_halflife;   /* requests; 0 = scores never decay */
+	unsigned chunk_spec_depth; /* speculative reads on the disk at once
+				    * (default 8; 0 = no limit) */
 	/* [policy] */
 	char policy[32];           /* default "lru" */
 	size_t n_policy_opts;

@@ -78,6 +78,8 @@ enum kvfs_ctl_flags {
 	KVFS_CTL_F_TOKENS = 1 << 1,
 	/* FETCH_CHUNKS: once this period is served, speculatively load the
 	 * same chunks for the next n_layers layers (inter-period prefetch).
+	 * The descriptor's next FETCH_CHUNKS (or its close) calls off what
+	 * that load has not issued yet.
 	 */
 	KVFS_CTL_F_SPECULATE = 1 << 2,
 	/* FETCH_CHUNKS: deliver into a leased region of the device pool

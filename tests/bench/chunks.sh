@@ -23,6 +23,8 @@
 #                             and without prefetching (default 5000; ""
 #                             for none)
 #   BENCH_CHUNKS_FULL_RUNS    full-layer kvfs/fio pairs (default 3)
+#   BENCH_CHUNKS_SPEC_DEPTH   [chunks] spec_depth of the daemon (default:
+#                             unset, the daemon's default)
 #   BENCH_CHUNKS_RESULTS      also append the raw result lines to this file
 #                             (`bench_chunks report FILE` tabulates the
 #                             medians of several runs)
@@ -58,6 +60,7 @@ REPS=${BENCH_CHUNKS_REPS:-1}
 COMPUTE_US=${BENCH_CHUNKS_COMPUTE_US:-1000}
 EXTRA_US=${BENCH_CHUNKS_EXTRA_US-5000}
 FULL_RUNS=${BENCH_CHUNKS_FULL_RUNS:-3}
+SPEC_DEPTH=${BENCH_CHUNKS_SPEC_DEPTH:-}
 FIO=${FIO:-fio}
 
 for p in "$BIN/mkfs.kvfs" "$BIN/kvfs" "$BIN/kvfs-gen" "$BC" "$BIO"; do
@@ -206,6 +209,7 @@ capacity = 64M
 # tokens: 8 layers x 1024 chunks x 32 KiB = 256 MiB) next to the demand
 # loads, so nothing speculated is evicted before it is asked for.
 dram_capacity = 2G
+${SPEC_DEPTH:+spec_depth = $SPEC_DEPTH}
 
 [policy]
 name = lru
@@ -334,10 +338,12 @@ for ((i = 1; i <= FULL_RUNS; i++)); do
 			v["wanted"] / v["load_ns"], v["ssd_reads"], v["batches"],
 			bs / 1024, qd, fbw * 1024 / 1e9 }'
 done
-echo "  \$ fio --name=chunks --filename=\$WORK/store/data.kvd --readonly" \
-	"--direct=1 --ioengine=io_uring --rw=randread --bs=$bs" \
-	"--iodepth=$qd --offset=$reg_lo --size=$((reg_hi - reg_lo))" \
-	"--io_size=$bytes --runtime=30 --randrepeat=0"
+[ "$FULL_RUNS" -gt 0 ] &&
+	echo "  \$ fio --name=chunks --filename=\$WORK/store/data.kvd" \
+		"--readonly --direct=1 --ioengine=io_uring --rw=randread" \
+		"--bs=$bs --iodepth=$qd --offset=$reg_lo" \
+		"--size=$((reg_hi - reg_lo)) --io_size=$bytes --runtime=30" \
+		"--randrepeat=0"
 
 unmount
 [ -n "${BENCH_CHUNKS_RESULTS:-}" ] && cat "$RESULTS" >>"$BENCH_CHUNKS_RESULTS"

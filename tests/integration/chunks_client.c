@@ -329,6 +329,38 @@ static void test_inter_period_difference(void **state)
 	close(fd);
 }
 
+/*
+ * The next period's request arrives at once, while the speculation its
+ * predecessor started is still loading: the request calls off what the
+ * load has not issued, joins what is on the disk, and reads the rest
+ * itself; whatever the timing, it gets exactly its bytes.
+ */
+static void test_inter_period_superseded(void **state)
+{
+	int fd = ctl_open();
+	unsigned seed = 11;
+
+	for (int round = 0; round < 24; round++) {
+		struct prefix *p = &pf[round % 4];
+		uint32_t a[NCHUNK], b[NCHUNK], na = 0, nb = 0;
+
+		for (uint32_t j = 0; j < NCHUNK; j++) {
+			if (rand_r(&seed) % 2)
+				a[na++] = j;
+			if (rand_r(&seed) % 2)
+				b[nb++] = j;
+		}
+		if (!na)
+			a[na++] = 0;
+		if (!nb)
+			b[nb++] = NCHUNK - 1;
+		fetch_check(fd, p, 0, 2, a, na, KVFS_CTL_F_SPECULATE);
+		fetch_check(fd, p, 2, 2, b, nb, round % 2 ?
+			    KVFS_CTL_F_SPECULATE : 0);
+	}
+	close(fd);
+}
+
 struct layer_waiter {
 	volatile uint32_t *word;
 	const struct prefix *p;
@@ -761,6 +793,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_coalescing),
 		cmocka_unit_test(test_inter_period_difference),
+		cmocka_unit_test(test_inter_period_superseded),
 		cmocka_unit_test(test_exact_bytes_random_sets),
 		cmocka_unit_test(test_sub_period_per_layer),
 		cmocka_unit_test(test_pool_mode),

@@ -24,7 +24,11 @@ kvfs_mkfs 128M
 {
 	printf '[daemon]\nflush_ms = 100\n\n[tier.dram]\ncapacity = 16M\n\n'
 	printf '[tier.gpu]\nbackend = %s\ncapacity = 32M\n\n' "$backend"
-	printf '[chunks]\ndram_capacity = 4M\ngpu_capacity = 1M\n\n'
+	# One speculative read on the disk at a time, so that a request
+	# arriving at once finds most of the load still to issue and calls
+	# it off (test_inter_period_superseded).
+	printf '[chunks]\ndram_capacity = 4M\ngpu_capacity = 1M\n'
+	printf 'spec_depth = 1\n\n'
 	for ns in c16:bf16 h16:f16 f32:f32 f8:f8_e4m3; do
 		printf '[namespace %s]\nlayers = 4\nkv_heads = 2\nhead_dim = 128\n' "${ns%%:*}"
 		printf 'dtype = %s\nblock_tokens = 64\nchunk_tokens = 16\n\n' "${ns#*:}"
@@ -49,6 +53,7 @@ t_check "a block reports ssd only" test "$(getfattr --absolute-names --only-valu
 	"$MNT/c16/$(ls "$MNT/c16" | head -n1)")" = ssd
 t_cmocka chunks "$CLIENT" check "$MNT"
 t_check "read amplification in .kvfs/stats is 1000 (none: 4 KiB-aligned chunks)" test "$(kvfs_stat chunk.read_amplification_milli)" -eq 1000
+t_check "chunk.spec_cancelled is in .kvfs/stats" test "$(kvfs_stat chunk.spec_cancelled)" -ge 0
 t_check "malformed chunk requests were logged" grep -q "ctl: malformed request" "$STORE/kvfs.log"
 t_cmocka hidden "$CLIENT" hcheck "$MNT"
 t_check "the hidden-state chunks read less than they deliver" test "$(kvfs_stat chunk.read_amplification_milli)" -lt 1000

@@ -83,6 +83,7 @@ struct fx {
 struct opts {
 	uint64_t chunk_dram, chunk_gpu;
 	unsigned halflife;
+	unsigned spec_depth; /* 0: the default */
 };
 
 static uint64_t xs(uint64_t *s)
@@ -185,6 +186,8 @@ static struct fx *fx_new(const struct opts *o, bool remount)
 	f->conf.chunk_dram = o->chunk_dram;
 	f->conf.chunk_gpu = o->chunk_gpu;
 	f->conf.score_halflife = o->halflife;
+	if (o->spec_depth)
+		f->conf.chunk_spec_depth = o->spec_depth;
 	if (o->chunk_gpu) {
 		f->conf.gpu_backend = gpu_backend;
 		f->conf.gpu_capacity = 4 * MiB;
@@ -1081,6 +1084,7 @@ struct run {
 	struct fx *f;
 	struct req *r;
 	unsigned flags;
+	const atomic_int *cancel; /* a cancellable speculative load */
 	struct gate *g;
 	bool finished;      /* under g->lock */
 	int rc;
@@ -1090,8 +1094,12 @@ static void *run_main(void *arg)
 {
 	struct run *x = arg;
 
-	x->rc = kvfs_chunk_read(x->f->c, x->r->p, x->r->np, x->flags,
-				&x->r->res);
+	if (x->cancel)
+		x->rc = kvfs_chunk_speculate(x->f->c, x->r->p, x->r->np,
+					     x->cancel, &x->r->res);
+	else
+		x->rc = kvfs_chunk_read(x->f->c, x->r->p, x->r->np, x->flags,
+					&x->r->res);
 	pthread_mutex_lock(&x->g->lock);
 	x->finished = true;
 	pthread_cond_broadcast(&x->g->cond);
@@ -1295,6 +1303,237 @@ static void test_join_dropped(void **state)
 	assert_int_equal(st.spec_loaded, 0);
 	assert_int_equal(st.dram_pieces, 4);
 	req_free(f, &r);
+}
+
+/* ------------------------------------------ cancelling a speculation */
+
+#define CANCEL_DEPTH 4
+#define SPEC_N 16
+
+static int setup_cancel(void **state)
+{
+	struct opts o = { .chunk_dram = 64 * MiB,
+			  .spec_depth = CANCEL_DEPTH };
+
+	*state = fx_new(&o, true);
+	return 0;
+}
+
+/*
+ * The load of the cancel tests: chunks 0 and 2 of blocks 0 and 1 on
+ * every layer. No two touch on disk, so these are 16 reads, issued four
+ * a layer, layer by layer: with a depth of 4 exactly layer 0's are on
+ * the disk when the first completes.
+ */
+static void spec16(int *t)
+{
+	size_t k = 0;
+
+	for (int l = 0; l < 4; l++)
+		for (int b = 0; b < 2; b++)
+			for (int c = 0; c <= 2; c += 2) {
+				t[k++] = b;
+				t[k++] = l;
+				t[k++] = c;
+			}
+}
+
+/*
+ * A cancellable load (spec16) is held at its first completed read; the
+ * load is cancelled before request @r (@np pieces @t) starts when
+ * @early, else once @r waits for a piece of it; then the load is let go.
+ * Both are done on return; @sr is the load's request, to be freed by the
+ * caller, *@spec_rc its result, and g->reads counts only @r's reads.
+ * Nothing waits on time.
+ */
+static int cancel_run(struct fx *f, struct gate *g, bool early, const int *t,
+		      size_t np, struct req *r, struct req *sr, int *spec_rc)
+{
+	static atomic_int cancel;
+	int st[3 * SPEC_N];
+	struct run rs = { .f = f, .r = sr, .cancel = &cancel, .g = g };
+	struct run rr = { .f = f, .r = r, .g = g };
+	pthread_t ts, tr;
+
+	atomic_store(&cancel, 0);
+	memset(g, 0, sizeof(*g));
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	g->mode = GATE_PASS;
+	spec16(st);
+	req_init(f, sr, NS_BF16, st, SPEC_N);
+	for (size_t k = 0; k < SPEC_N; k++)
+		sr->p[k].dst = NULL;
+	req_init(f, r, NS_BF16, t, np);
+	kvfs_chunk_set_hook(f->c, gate_hook, g);
+	assert_int_equal(pthread_create(&ts, NULL, run_main, &rs), 0);
+	pthread_mutex_lock(&g->lock);
+	while (!g->held && !rs.finished)
+		pthread_cond_wait(&g->cond, &g->lock);
+	g->reads = 0;
+	pthread_mutex_unlock(&g->lock);
+	if (early)
+		atomic_store(&cancel, 1);
+	assert_int_equal(pthread_create(&tr, NULL, run_main, &rr), 0);
+	pthread_mutex_lock(&g->lock);
+	while (!g->joined && !rr.finished)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	if (!early)
+		atomic_store(&cancel, 1);
+	pthread_mutex_lock(&g->lock);
+	g->release = true;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	pthread_join(tr, NULL);
+	pthread_join(ts, NULL);
+	kvfs_chunk_set_hook(f->c, NULL, NULL);
+	pthread_cond_destroy(&g->cond);
+	pthread_mutex_destroy(&g->lock);
+	req_check(f, r, NS_BF16);
+	*spec_rc = rs.rc;
+	return rr.rc;
+}
+
+/* The load's pieces: layer 0's read (the four on the disk when it was
+ * cancelled) and cached, every other one cancelled.
+ */
+static void check_cancelled_load(struct fx *f, struct req *sr, int rc)
+{
+	uint64_t cb = cbytes(NS_BF16);
+
+	assert_int_equal(rc, -ECANCELED);
+	assert_int_equal(sr->res.ssd_reads, CANCEL_DEPTH);
+	assert_int_equal(sr->res.bytes_read, CANCEL_DEPTH * cb);
+	for (size_t k = 0; k < SPEC_N; k++) {
+		if (sr->p[k].layer == 0) {
+			assert_int_equal(sr->p[k].err, 0);
+			assert_int_equal(sr->p[k].from, KVFS_CHUNK_FROM_SSD);
+		} else {
+			assert_int_equal(sr->p[k].err, -ECANCELED);
+			assert_int_equal(sr->p[k].from, 0);
+		}
+	}
+	/* Read by nobody: not cached. */
+	assert_int_equal(where(f, NS_BF16, 1, 3, 2), KVFS_CHUNK_IN_NONE);
+	assert_int_equal(where(f, NS_BF16, 0, 1, 0), KVFS_CHUNK_IN_NONE);
+}
+
+/*
+ * A request that supersedes a speculative load: the load's reads not
+ * yet issued never are, those on the disk (no more than the depth) finish
+ * and stay joinable, and a piece whose read was never issued is read by
+ * the request with its own, without waiting.
+ */
+static void test_cancel(void **state)
+{
+	struct fx *f = *state;
+	/* issued (layer 0), never issued (layer 2), not in the load */
+	static const int t[] = { 0, 0, 2, 1, 2, 0, 0, 3, 1 };
+	uint64_t cb = cbytes(NS_BF16);
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r, sr;
+	uint64_t reads0;
+	int src;
+
+	reads0 = stat_of(f, "tier.ssd.io_reads");
+	assert_int_equal(cancel_run(f, &g, true, t, 3, &r, &sr, &src), 0);
+	/* Only the issued piece was waited for. */
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.spec_reads, CANCEL_DEPTH);
+	assert_int_equal(g.reads, 2);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_CACHE);
+	assert_int_equal(r.p[0].spec, 1);
+	assert_int_equal(r.p[1].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.p[2].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.res.joined, 1);
+	assert_int_equal(r.res.ssd_reads, 2);
+	assert_int_equal(r.res.bytes_read, 2 * cb);
+	check_cancelled_load(f, &sr, src);
+	/* The tier issued the load's four reads and the request's two. */
+	assert_int_equal(stat_of(f, "tier.ssd.io_reads") - reads0,
+			 CANCEL_DEPTH + 2);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.spec_cancelled, SPEC_N - CANCEL_DEPTH);
+	assert_int_equal(stat_of(f, "chunk.spec_cancelled"),
+			 SPEC_N - CANCEL_DEPTH);
+	assert_int_equal(st.spec_loaded, CANCEL_DEPTH);
+	assert_int_equal(st.spec_used, 1);
+	assert_int_equal(st.prefetch_joined, 1);
+	assert_int_equal(st.ssd_reads, CANCEL_DEPTH + 2);
+	/* What was read: the load's four pieces and the request's two. */
+	assert_int_equal(st.bytes_missed, (CANCEL_DEPTH + 2) * cb);
+	assert_int_equal(st.bytes_read, (CANCEL_DEPTH + 2) * cb);
+	/* The piece the request read itself is cached as its own. */
+	assert_int_equal(where(f, NS_BF16, 1, 2, 0), KVFS_CHUNK_IN_DRAM);
+	req_free(f, &r);
+	req_free(f, &sr);
+}
+
+/*
+ * A request joined a read the load had not issued yet; then the load is
+ * cancelled: the read never happens, and the request reads the piece
+ * itself, with the right bytes.
+ */
+static void test_cancel_joined(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 1, 2, 0 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r, sr;
+	int src;
+
+	assert_int_equal(cancel_run(f, &g, false, t, 1, &r, &sr, &src), 0);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.spec_reads, CANCEL_DEPTH);
+	assert_int_equal(g.reads, 1);
+	assert_int_equal(r.p[0].err, 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_SSD);
+	assert_int_equal(r.p[0].spec, 0);
+	assert_int_equal(r.res.joined, 0);
+	assert_int_equal(r.res.ssd_reads, 1);
+	check_cancelled_load(f, &sr, src);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.spec_cancelled, SPEC_N - CANCEL_DEPTH);
+	assert_int_equal(st.prefetch_joined, 0);
+	assert_int_equal(st.spec_loaded, CANCEL_DEPTH);
+	assert_int_equal(st.spec_used, 0);
+	assert_int_equal(where(f, NS_BF16, 1, 2, 0), KVFS_CHUNK_IN_DRAM);
+	req_free(f, &r);
+	req_free(f, &sr);
+}
+
+/* With no depth of its own (spec_depth 0) the whole load is on the disk
+ * at its first completion, and a cancel then stops nothing.
+ */
+static void test_cancel_nocap(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 1, 2, 0 };
+	struct kvfs_chunk_stats st;
+	struct gate g;
+	struct req r, sr;
+	int src;
+
+	f->conf.chunk_spec_depth = 0;
+	fx_remount(f);
+	assert_int_equal(cancel_run(f, &g, true, t, 1, &r, &sr, &src), 0);
+	assert_int_equal(src, 0);
+	assert_int_equal(g.spec_reads, SPEC_N);
+	assert_int_equal(g.joined, 1);
+	assert_int_equal(g.reads, 0);
+	assert_int_equal(r.p[0].from, KVFS_CHUNK_FROM_CACHE);
+	assert_int_equal(r.res.joined, 1);
+	assert_int_equal(sr.res.ssd_reads, SPEC_N);
+	for (size_t k = 0; k < SPEC_N; k++)
+		assert_int_equal(sr.p[k].err, 0);
+	kvfs_chunk_get_stats(f->c, &st);
+	assert_int_equal(st.spec_cancelled, 0);
+	assert_int_equal(st.spec_loaded, SPEC_N);
+	req_free(f, &r);
+	req_free(f, &sr);
 }
 
 /* Scores survive a restart (flushed in batches, and at close), and go
@@ -2156,6 +2395,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_join_dropped, setup_spec,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cancel, setup_cancel,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_joined,
+						setup_cancel, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_nocap,
+						setup_cancel, teardown),
 		cmocka_unit_test_setup_teardown(test_scores_persist,
 						setup_dram, teardown),
 		cmocka_unit_test_setup_teardown(test_decay, setup_decay,

@@ -136,6 +136,7 @@ static void test_defaults(void **state)
 	assert_int_equal(conf->dram_capacity, 256ull << 20);
 	assert_int_equal(conf->ssd_rings, 4);
 	assert_int_equal(conf->writeback_batch, 64);
+	assert_int_equal(conf->chunk_spec_depth, 8);
 	assert_string_equal(conf->policy, "lru");
 	assert_int_equal(conf->n_policy_opts, 0);
 	assert_int_equal(conf->n_ns, 0);
@@ -347,6 +348,11 @@ static void test_bad_numbers(void **state)
 	expect_err("[daemon]\nflush_ms = 0\n", 2, "flush_ms");
 	expect_err("[daemon]\nlog_level = loud\n", 2, "log_level");
 	expect_err("[tier.ssd]\nrings = 0\n", 2, "rings");
+	expect_err("[chunks]\nspec_depth = 257\n", 2, "spec_depth");
+	expect_ok("[chunks]\nspec_depth = 0\n");
+	assert_int_equal(conf->chunk_spec_depth, 0);
+	expect_ok("[chunks]\nspec_depth = 256\n");
+	assert_int_equal(conf->chunk_spec_depth, 256);
 	expect_err("[tier.ssd]\nwriteback_batch = 5000\n", 2,
 		   "writeback_batch");
 }

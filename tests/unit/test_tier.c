@@ -696,6 +696,164 @@ static void test_ssd_readv_large(void **state)
 	free(dst);
 }
 
+/*
+ * What a batch's ->issue and ->done calls saw: the order of issues, the
+ * most ranges in flight at once (issued, not yet done), and whether the
+ * issue callback refuses from some point on.
+ */
+struct issue_log {
+	struct kvfs_tier_io *io;
+	size_t n;
+	unsigned issued, done, max_inflight;
+	int issue_calls[64], done_calls[64];
+	bool refuse;         /* ->issue answers -ECANCELED */
+	bool refuse_at_done; /* the first done sets refuse */
+	bool in_order;       /* ->issue came in index order */
+};
+
+static int note_issue(struct kvfs_tier_io *io, void *arg)
+{
+	struct issue_log *il = arg;
+	size_t i = (size_t)(io - il->io);
+
+	assert_true(i < il->n);
+	il->issue_calls[i]++;
+	if (il->refuse)
+		return -ECANCELED;
+	if (i != il->issued)
+		il->in_order = false;
+	il->issued++;
+	if (il->issued - il->done > il->max_inflight)
+		il->max_inflight = il->issued - il->done;
+	return 0;
+}
+
+static void note_issue_done(struct kvfs_tier_io *io, void *arg)
+{
+	struct issue_log *il = arg;
+	size_t i = (size_t)(io - il->io);
+
+	assert_true(i < il->n);
+	il->done_calls[i]++;
+	if (io->res == -ECANCELED)
+		return;
+	il->done++;
+	if (il->refuse_at_done)
+		il->refuse = true;
+}
+
+/* A batch of @n one-page ranges over @e (holding fill(.., 55)) into @dst,
+ * each with @depth and the log's callbacks.
+ */
+static void issue_batch(struct kvfs_tier_io *io, size_t n,
+			struct kvfs_extent *e, char *dst, unsigned depth,
+			struct issue_log *il)
+{
+	memset(il, 0, sizeof(*il));
+	il->io = io;
+	il->n = n;
+	il->in_order = true;
+	memset(dst, 0xcc, n * PG);
+	for (size_t i = 0; i < n; i++)
+		io[i] = (struct kvfs_tier_io){
+			.ext = e, .off = (uint64_t)((i * 7) % n) * PG,
+			.len = PG, .buf = dst + i * PG, .depth = depth,
+			.issue = note_issue, .done = note_issue_done,
+			.arg = il };
+}
+
+/* A depth on the ranges caps the reads in flight; none means the
+ * tier's own limit, which a small batch does not reach.
+ */
+static void test_ssd_readv_depth(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 40 };
+	struct kvfs_tier_io io[N];
+	struct kvfs_extent e;
+	struct issue_log il;
+	char *src = xalloc(N * PG), *dst = xalloc(N * PG);
+
+	assert_int_equal(t->ops->alloc(t, N * PG, &e), 0);
+	fill(src, N * PG, 55);
+	assert_int_equal(t->ops->write(t, &e, 0, src, N * PG), 0);
+	for (unsigned depth = 0; depth <= 3; depth += 3) {
+		issue_batch(io, N, &e, dst, depth, &il);
+		assert_int_equal(t->ops->readv(t, io, N), 0);
+		assert_true(il.in_order);
+		assert_int_equal(il.issued, N);
+		assert_int_equal(il.done, N);
+		/* Ranges are issued before any completes up to the cap. */
+		assert_int_equal(il.max_inflight, depth ? depth : N);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(il.issue_calls[i], 1);
+			assert_int_equal(il.done_calls[i], 1);
+			assert_int_equal(io[i].res, 0);
+			assert_memory_equal(io[i].buf, src + io[i].off, PG);
+		}
+	}
+	t->ops->free(t, &e);
+	free(src);
+	free(dst);
+}
+
+/*
+ * ->issue refuses from the first completion on, as a cancel arriving
+ * while reads are on the disk would: those finish, the rest are never
+ * issued (-ECANCELED, done called once, buffers untouched, no op
+ * counted).
+ */
+static void test_ssd_readv_cancel(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 20, D = 4 };
+	struct kvfs_tier_io io[N];
+	struct kvfs_extent e;
+	struct issue_log il;
+	char *src = xalloc(N * PG), *dst = xalloc(N * PG);
+	char *untouched = xalloc(PG);
+	uint64_t reads0, rbytes0;
+
+	assert_int_equal(t->ops->alloc(t, N * PG, &e), 0);
+	fill(src, N * PG, 55);
+	assert_int_equal(t->ops->write(t, &e, 0, src, N * PG), 0);
+	memset(untouched, 0xcc, PG);
+	issue_batch(io, N, &e, dst, D, &il);
+	il.refuse_at_done = true;
+	reads0 = atomic_load(&t->st.reads);
+	rbytes0 = atomic_load(&t->st.bytes_read);
+	assert_int_equal(t->ops->readv(t, io, N), -ECANCELED);
+	assert_int_equal(il.issued, D);
+	assert_int_equal(il.done, D);
+	assert_int_equal(atomic_load(&t->st.reads) - reads0, D);
+	assert_int_equal(atomic_load(&t->st.bytes_read) - rbytes0, D * PG);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(il.issue_calls[i], 1);
+		assert_int_equal(il.done_calls[i], 1);
+		if (i < D) {
+			assert_int_equal(io[i].res, 0);
+			assert_memory_equal(io[i].buf, src + io[i].off, PG);
+		} else {
+			assert_int_equal(io[i].res, -ECANCELED);
+			assert_memory_equal(io[i].buf, untouched, PG);
+		}
+	}
+	/* Refused from the start: nothing is issued, nothing counted. */
+	issue_batch(io, N, &e, dst, 0, &il);
+	il.refuse = true;
+	reads0 = atomic_load(&t->st.reads);
+	assert_int_equal(t->ops->readv(t, io, N), -ECANCELED);
+	assert_int_equal(atomic_load(&t->st.reads), reads0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(il.done_calls[i], 1);
+		assert_int_equal(io[i].res, -ECANCELED);
+	}
+	t->ops->free(t, &e);
+	free(src);
+	free(dst);
+	free(untouched);
+}
+
 static void test_ssd_unaligned(void **state)
 {
 	struct kvfs_tier *t = fx_tier(state);
@@ -1014,6 +1172,10 @@ int main(void)
 		SSD_TEST(test_ssd_readv, fx_file),
 		SSD_TEST(test_ssd_readv_large, fx_mem),
 		SSD_TEST(test_ssd_readv_large, fx_file),
+		SSD_TEST(test_ssd_readv_depth, fx_mem),
+		SSD_TEST(test_ssd_readv_depth, fx_file),
+		SSD_TEST(test_ssd_readv_cancel, fx_mem),
+		SSD_TEST(test_ssd_readv_cancel, fx_file),
 		SSD_TEST(test_ssd_unaligned, fx_mem),
 		SSD_TEST(test_ssd_unaligned, fx_file),
 		SSD_TEST(test_ssd_claim, fx_mem),
