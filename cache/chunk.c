@@ -1439,14 +1439,15 @@ static int check_whole(struct kvfs_cache *c, struct bw *w, const void *img)
 	return 0;
 }
 
-/* Give back an SSD read buffer: the shared scratch is unlocked, any other
- * freed. NULL is a no-op.
+/* Give back an SSD read buffer: the shared scratch (@shared, as buf_get
+ * said: st->scratch may be read only under its lock) is unlocked, any
+ * other freed. NULL is a no-op.
  */
-static void buf_release(struct kvfs_chunk_state *st, void *buf)
+static void buf_release(struct kvfs_chunk_state *st, void *buf, bool shared)
 {
 	if (!buf)
 		return;
-	if (buf == st->scratch)
+	if (shared)
 		pthread_mutex_unlock(&st->scratch_lock);
 	else
 		free(buf);
@@ -1455,10 +1456,12 @@ static void buf_release(struct kvfs_chunk_state *st, void *buf)
 /* The shared scratch when free and large enough, else a buffer of our own;
  * 4 KiB-aligned for O_DIRECT. NULL when out of memory.
  */
-static uint8_t *buf_get(struct kvfs_chunk_state *st, size_t len)
+static uint8_t *buf_get(struct kvfs_chunk_state *st, size_t len,
+		       bool *shared)
 {
 	uint8_t *buf = NULL;
 
+	*shared = false;
 	if (pthread_mutex_trylock(&st->scratch_lock) == 0) {
 		if (st->scratch_len < len) {
 			free(st->scratch);
@@ -1469,8 +1472,10 @@ static uint8_t *buf_get(struct kvfs_chunk_state *st, size_t len)
 			else
 				st->scratch_len = len;
 		}
-		if (st->scratch)
+		if (st->scratch) {
+			*shared = true;
 			return st->scratch;
+		}
 		pthread_mutex_unlock(&st->scratch_lock);
 	}
 	if (posix_memalign((void **)&buf, KVFS_FMT_ALIGN, len))
@@ -1509,6 +1514,7 @@ struct rd {
 	struct kvfs_tier_io *io;
 	size_t *ord;         /* piece indices grouped by read */
 	uint8_t *buf;        /* the scratch reads' buffer */
+	bool shared;         /* @buf is st->scratch (buf_get) */
 	struct ins *ins;     /* room for the pieces of one read */
 	struct iovec *iov;   /* the direct reads' iovecs */
 	struct prj *pj;      /* projections of hidden-state pieces */
@@ -1817,6 +1823,29 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		     (KVFS_FMT_ALIGN - 1)))
 			continue;
 		pw[i].direct = true;
+		d.ord[nd++] = i;
+	}
+	/*
+	 * A piece asked for twice cannot be read in place: one read cannot
+	 * land in two places, and two reads of one span would both claim
+	 * its pieces. Its copies go through the scratch buffer, where they
+	 * share one read.
+	 */
+	qsort_r(d.ord, nd, sizeof(*d.ord), abs_cmp, pw);
+	for (size_t k = 0, j; k < nd; k = j) {
+		for (j = k + 1; j < nd && pw[d.ord[j]].abs == pw[d.ord[k]].abs;
+		     j++)
+			;
+		for (size_t x = k; j - k > 1 && x < j; x++)
+			pw[d.ord[x]].direct = false;
+	}
+	m = nd;
+	nd = 0;
+	for (size_t k = 0; k < m; k++) {
+		size_t i = d.ord[k];
+
+		if (!pw[i].direct)
+			continue;
 		d.r[nd++] = (struct rng){ .start = pw[i].abs,
 					  .end = pw[i].abs + pw[i].slen,
 					  .dst = p[i].dst,
@@ -1961,7 +1990,7 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	if (total && !(d.buf = buf_get(st, (size_t)total))) {
+	if (total && !(d.buf = buf_get(st, (size_t)total, &d.shared))) {
 		rc = -ENOMEM;
 		goto out_free;
 	}
@@ -1998,7 +2027,7 @@ static int read_ssd(struct kvfs_cache *c, struct kvfs_chunk_piece *p,
 		res->bytes_read += ex[i].len;
 	}
 out_free:
-	buf_release(st, d.buf);
+	buf_release(st, d.buf, d.shared);
 	free(d.iov);
 	free(d.io);
 	free(ex);

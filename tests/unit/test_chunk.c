@@ -499,6 +499,27 @@ static void test_random_sets(void **state)
 	}
 }
 
+/*
+ * One piece twice in a request (the API allows it; FETCH_CHUNKS refuses
+ * it earlier): both copies delivered, read once, whether read in place
+ * (page-aligned destinations) or through the scratch buffer.
+ */
+static void test_duplicates(void **state)
+{
+	struct fx *f = *state;
+	static const int t[] = { 0, 1, 2, 1, 3, 0, 0, 1, 2 };
+	uint64_t cb = cbytes(NS_BF16);
+	struct kvfs_chunk_result r;
+
+	for (int m = 0; m < 2; m++) {
+		g_misalign = m ? 64 : 0;
+		r = read_pieces(f, NS_BF16, t, 3, KVFS_CHUNK_FROM_SSD);
+		g_misalign = 0;
+		assert_int_equal(r.ssd_reads, 2);
+		assert_int_equal(r.bytes_read, 2 * cb);
+	}
+}
+
 static void test_coalesce(void **state)
 {
 	struct fx *f = *state;
@@ -1536,6 +1557,137 @@ static void test_cancel_nocap(void **state)
 	req_free(f, &sr);
 }
 
+/*
+ * Cancellable loads (two sharing one token, one with its own) and
+ * requests over overlapping random pieces, run at once, one token set
+ * while they run: every call returns, every request gets its bytes, a
+ * load's pieces are read or cancelled, the counters agree with the calls
+ * and the tier, and no flight is left behind (a last request for every
+ * piece would wait on one forever).
+ */
+#define STRESS_NP 44
+static void stress_pieces(uint64_t *seed, int *t, size_t np)
+{
+	int all[3 * STRESS_NP];
+	size_t k = 0;
+
+	for (int b = 0; b < NBLK; b++)
+		for (int l = 0; l < 4; l++)
+			for (int c = 0; c < (b == NBLK - 1 ? 3 : 4); c++) {
+				all[3 * k] = b;
+				all[3 * k + 1] = l;
+				all[3 * k + 2] = c;
+				k++;
+			}
+	assert_int_equal(k, STRESS_NP);
+	/* A random subset, no piece twice. */
+	for (size_t i = 0; i < np; i++) {
+		size_t j = i + xs(seed) % (STRESS_NP - i);
+		int x[3];
+
+		memcpy(x, &all[3 * j], sizeof(x));
+		memmove(&all[3 * j], &all[3 * i], sizeof(x));
+		memcpy(&all[3 * i], x, sizeof(x));
+		memcpy(&t[3 * i], x, sizeof(x));
+	}
+}
+
+static void test_cancel_stress(void **state)
+{
+	struct fx *f = *state;
+	enum { NL = 3, NR = 2 };
+	uint64_t seed = 4242;
+
+	for (int it = 0; it < 24; it++) {
+		static atomic_int tok[2];
+		struct req lr[NL], rr[NR], last;
+		struct run ru[NL + NR];
+		pthread_t th[NL + NR];
+		struct gate g = { 0 };
+		struct kvfs_chunk_stats s0, s1;
+		uint64_t io0, cancelled = 0, bread = 0, nreads = 0;
+		int t[3 * STRESS_NP];
+
+		f->conf.chunk_spec_depth = 1 + (unsigned)(it % 3);
+		fx_remount(f);
+		pthread_mutex_init(&g.lock, NULL);
+		pthread_cond_init(&g.cond, NULL);
+		atomic_store(&tok[0], 0);
+		atomic_store(&tok[1], 0);
+		for (int k = 0; k < NL; k++) {
+			size_t np = 8 + xs(&seed) % 24;
+
+			stress_pieces(&seed, t, np);
+			req_init(f, &lr[k], NS_BF16, t, np);
+			for (size_t j = 0; j < np; j++)
+				lr[k].p[j].dst = NULL;
+			ru[k] = (struct run){ .f = f, .r = &lr[k], .g = &g,
+					      .cancel = &tok[k == 2] };
+		}
+		for (int k = 0; k < NR; k++) {
+			size_t np = 4 + xs(&seed) % 20;
+
+			g_misalign = (it + k) % 2 ? 64 : 0;
+			stress_pieces(&seed, t, np);
+			req_init(f, &rr[k], NS_BF16, t, np);
+			ru[NL + k] = (struct run){ .f = f, .r = &rr[k],
+						   .g = &g };
+		}
+		g_misalign = 0;
+		kvfs_chunk_get_stats(f->c, &s0);
+		io0 = stat_of(f, "tier.ssd.io_reads");
+		for (int k = 0; k < NL + NR; k++)
+			assert_int_equal(pthread_create(&th[k], NULL, run_main,
+							&ru[k]), 0);
+		atomic_store(&tok[it % 2], 1);
+		for (int k = 0; k < NL + NR; k++)
+			pthread_join(th[k], NULL);
+		for (int k = 0; k < NR; k++) {
+			assert_int_equal(ru[NL + k].rc, 0);
+			req_check(f, &rr[k], NS_BF16);
+			bread += rr[k].res.bytes_read;
+			nreads += rr[k].res.ssd_reads;
+		}
+		for (int k = 0; k < NL; k++) {
+			assert_true(ru[k].rc == 0 || ru[k].rc == -ECANCELED);
+			for (size_t j = 0; j < lr[k].np; j++) {
+				int e = lr[k].p[j].err;
+
+				assert_true(e == 0 || e == -ECANCELED);
+				cancelled += e == -ECANCELED;
+				if (e)
+					assert_int_equal(lr[k].p[j].from, 0);
+			}
+			bread += lr[k].res.bytes_read;
+			nreads += lr[k].res.ssd_reads;
+		}
+		kvfs_chunk_get_stats(f->c, &s1);
+		assert_int_equal(s1.spec_cancelled - s0.spec_cancelled,
+				 cancelled);
+		assert_int_equal(s1.bytes_read - s0.bytes_read, bread);
+		assert_int_equal(s1.ssd_reads - s0.ssd_reads, nreads);
+		assert_int_equal(stat_of(f, "tier.ssd.io_reads") - io0,
+				 nreads);
+		/* Nothing read more than it wanted: every SSD byte was a
+		 * wanted one (aligned pieces, CRC tables).
+		 */
+		assert_int_equal(s1.bytes_missed - s0.bytes_missed, bread);
+		/* No flight left: this would wait on one forever. */
+		stress_pieces(&seed, t, STRESS_NP);
+		req_init(f, &last, NS_BF16, t, STRESS_NP);
+		assert_int_equal(kvfs_chunk_read(f->c, last.p, last.np, 0,
+						 &last.res), 0);
+		req_check(f, &last, NS_BF16);
+		req_free(f, &last);
+		for (int k = 0; k < NL; k++)
+			req_free(f, &lr[k]);
+		for (int k = 0; k < NR; k++)
+			req_free(f, &rr[k]);
+		pthread_cond_destroy(&g.cond);
+		pthread_mutex_destroy(&g.lock);
+	}
+}
+
 /* Scores survive a restart (flushed in batches, and at close), and go
  * with their block.
  */
@@ -2373,6 +2525,8 @@ int main(void)
 		cmocka_unit_test(test_block_copy),
 		cmocka_unit_test_setup_teardown(test_random_sets,
 						setup_nocache, teardown),
+		cmocka_unit_test_setup_teardown(test_duplicates,
+						setup_nocache, teardown),
 		cmocka_unit_test_setup_teardown(test_coalesce, setup_nocache,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_read_cb, setup_dram,
@@ -2400,6 +2554,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cancel_joined,
 						setup_cancel, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_nocap,
+						setup_cancel, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_stress,
 						setup_cancel, teardown),
 		cmocka_unit_test_setup_teardown(test_scores_persist,
 						setup_dram, teardown),

@@ -854,6 +854,168 @@ static void test_ssd_readv_cancel(void **state)
 	free(untouched);
 }
 
+/* test_ssd_readv_deep's callbacks: like note_issue and note_issue_done,
+ * with per-range counts after the log (batches longer than 64).
+ */
+static int count_issue(struct kvfs_tier_io *io, void *arg)
+{
+	struct issue_log *il = arg;
+	size_t i = (size_t)(io - il->io);
+
+	((int *)(il + 1))[i]++;
+	if (i != il->issued)
+		il->in_order = false;
+	il->issued++;
+	if (il->issued - il->done > il->max_inflight)
+		il->max_inflight = il->issued - il->done;
+	return 0;
+}
+
+static void count_done(struct kvfs_tier_io *io, void *arg)
+{
+	struct issue_log *il = arg;
+	size_t i = (size_t)(io - il->io);
+
+	((int *)(il + 1))[il->n + i]++;
+	il->done++;
+}
+
+/* ->issue of test_ssd_readv_refuse_some: refuses every odd range. */
+static int refuse_odd(struct kvfs_tier_io *io, void *arg)
+{
+	struct issue_log *il = arg;
+	size_t i = (size_t)(io - il->io);
+
+	il->issue_calls[i]++;
+	return i % 2 ? -ECANCELED : 0;
+}
+
+/*
+ * ->issue refusing ranges in the middle of a batch, some of them
+ * vectored, at a depth of 2 and at one deeper than the ring: the others
+ * are still issued and read, each range's done comes once, and only the
+ * issued ones count.
+ */
+static void test_ssd_readv_refuse_some(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 40 };
+	static const unsigned depths[] = { 2, 100000 };
+	struct kvfs_tier_io io[N];
+	struct iovec iov[N][2];
+	struct kvfs_extent e;
+	struct issue_log il;
+	char *src = xalloc(N * PG), *dst = xalloc(2 * N * PG);
+	uint64_t reads0, rbytes0;
+
+	assert_int_equal(t->ops->alloc(t, N * PG, &e), 0);
+	fill(src, N * PG, 77);
+	assert_int_equal(t->ops->write(t, &e, 0, src, N * PG), 0);
+	for (size_t d = 0; d < 2; d++) {
+		issue_batch(io, N, &e, dst, depths[d], &il);
+		/* Every third range vectored: two pages, apart in memory. */
+		for (size_t i = 0; i < N; i += 3) {
+			io[i].off = (uint64_t)(i / 3) * 2 * PG;
+			io[i].len = 2 * PG;
+			io[i].buf = NULL;
+			iov[i][0] = (struct iovec){ dst + N * PG + i * PG, PG };
+			iov[i][1] = (struct iovec){ dst + i * PG, PG };
+			io[i].iov = iov[i];
+			io[i].iovcnt = 2;
+		}
+		for (size_t i = 0; i < N; i++)
+			io[i].issue = refuse_odd;
+		memset(dst, 0xcc, 2 * N * PG);
+		reads0 = atomic_load(&t->st.reads);
+		rbytes0 = atomic_load(&t->st.bytes_read);
+		assert_int_equal(t->ops->readv(t, io, N), -ECANCELED);
+		assert_int_equal(atomic_load(&t->st.reads) - reads0, N / 2);
+		for (size_t i = 0; i < N; i++) {
+			const char *at = src + io[i].off;
+
+			assert_int_equal(il.issue_calls[i], 1);
+			assert_int_equal(il.done_calls[i], 1);
+			if (i % 2) {
+				assert_int_equal(io[i].res, -ECANCELED);
+				continue;
+			}
+			assert_int_equal(io[i].res, 0);
+			rbytes0 += io[i].len;
+			if (!io[i].iov) {
+				assert_memory_equal(io[i].buf, at, PG);
+				continue;
+			}
+			assert_memory_equal(iov[i][0].iov_base, at, PG);
+			assert_memory_equal(iov[i][1].iov_base, at + PG, PG);
+		}
+		assert_int_equal(atomic_load(&t->st.bytes_read), rbytes0);
+		/* Refused ranges' memory is untouched. */
+		for (size_t i = 1; i < N; i += 2) {
+			const unsigned char *b = io[i].iov ?
+				iov[i][0].iov_base : io[i].buf;
+
+			assert_int_equal(b[0], 0xcc);
+			assert_int_equal(b[PG - 1], 0xcc);
+		}
+	}
+	t->ops->free(t, &e);
+	free(src);
+	free(dst);
+}
+
+/*
+ * A batch longer than the ring with a depth deeper than the ring: the
+ * ring's limit holds, every range is issued once, in order, and read.
+ */
+static void test_ssd_readv_deep(void **state)
+{
+	struct kvfs_tier *t = fx_tier(state);
+	enum { N = 300 };
+	struct kvfs_tier_io *io = calloc(N, sizeof(*io));
+	struct kvfs_extent e;
+	struct issue_log *il = calloc(1, sizeof(*il) +
+				      2 * N * sizeof(int));
+	char *src = xalloc(N * PG), *dst = xalloc(N * PG);
+	int *ic, *dc;
+
+	assert_non_null(io);
+	assert_non_null(il);
+	assert_int_equal(t->ops->alloc(t, N * PG, &e), 0);
+	fill(src, N * PG, 91);
+	assert_int_equal(t->ops->write(t, &e, 0, src, N * PG), 0);
+	for (unsigned depth = 256; depth <= 257; depth++) {
+		memset(dst, 0xcc, N * PG);
+		memset(il, 0, sizeof(*il));
+		il->io = io;
+		il->n = N;
+		il->in_order = true;
+		for (size_t i = 0; i < N; i++)
+			io[i] = (struct kvfs_tier_io){
+				.ext = &e, .off = (uint64_t)i * PG, .len = PG,
+				.buf = dst + i * PG, .depth = depth,
+				.issue = count_issue, .done = count_done,
+				.arg = il };
+		ic = (int *)(il + 1);
+		dc = ic + N;
+		memset(ic, 0, 2 * N * sizeof(int));
+		assert_int_equal(t->ops->readv(t, io, N), 0);
+		assert_true(il->in_order);
+		assert_int_equal(il->issued, N);
+		assert_int_equal(il->done, N);
+		assert_true(il->max_inflight <= 256);
+		for (size_t i = 0; i < N; i++) {
+			assert_int_equal(ic[i], 1);
+			assert_int_equal(dc[i], 1);
+		}
+		assert_memory_equal(dst, src, N * PG);
+	}
+	t->ops->free(t, &e);
+	free(io);
+	free(il);
+	free(src);
+	free(dst);
+}
+
 static void test_ssd_unaligned(void **state)
 {
 	struct kvfs_tier *t = fx_tier(state);
@@ -1176,6 +1338,10 @@ int main(void)
 		SSD_TEST(test_ssd_readv_depth, fx_file),
 		SSD_TEST(test_ssd_readv_cancel, fx_mem),
 		SSD_TEST(test_ssd_readv_cancel, fx_file),
+		SSD_TEST(test_ssd_readv_refuse_some, fx_mem),
+		SSD_TEST(test_ssd_readv_refuse_some, fx_file),
+		SSD_TEST(test_ssd_readv_deep, fx_mem),
+		SSD_TEST(test_ssd_readv_deep, fx_file),
 		SSD_TEST(test_ssd_unaligned, fx_mem),
 		SSD_TEST(test_ssd_unaligned, fx_file),
 		SSD_TEST(test_ssd_claim, fx_mem),
