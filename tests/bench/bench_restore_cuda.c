@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GPU hidden-state restoration (gpu/restore_cuda.h) on a Llama-2-7B-like
- * layer: hidden 4096, 32 KV heads x 128, bf16 hidden states and KV,
- * chunks of 256 tokens, random weights made in memory.  In the same run,
+ * GPU hidden-state restoration (gpu/restore_cuda.h) on two geometries: a
+ * Llama-2-7B-like layer (MHA: hidden 4096, 32 KV heads x 128) and a
+ * Llama-3-8B-like one (GQA: hidden 4096, 8 KV heads x 128), bf16 hidden
+ * states and KV, chunks of 256 tokens, random weights made in memory.  In the same run,
  * for the same shapes, it times:
  *   restore   kvfs_restore_cuda_block(): pinned hidden states -> KV in
  *             device memory (also from pageable memory);
@@ -42,7 +43,7 @@ int main(void)
 
 #define LAYERS 8u
 #define HIDDEN 4096u
-#define HEADS 32u
+#define MAX_HEADS 32u
 #define HEAD_DIM 128u
 #define CHUNK 256u
 #define RUNS 5
@@ -87,7 +88,7 @@ static void fill_bf16(uint16_t *p, size_t n, float scale)
 
 static void bench_mode(const struct kvfs_restore_model *m,
 		       const struct kvfs_restore_weights *w, unsigned flags,
-		       const uint32_t *toks, int ntoks)
+		       const uint32_t *toks, int ntoks, const char *label)
 {
 	struct kvfs_restore_cuda *rc = NULL;
 	int ret;
@@ -97,9 +98,10 @@ static void bench_mode(const struct kvfs_restore_model *m,
 		fprintf(stderr, "init: %s\n", strerror(-ret));
 		exit(1);
 	}
-	printf("\nweights %s, %u layers, hidden %u, %u x %u KV heads, bf16, "
-	       "chunks of %u\n", flags ? "bf16 (GemmEx)" : "f32 (Sgemm)",
-	       LAYERS, HIDDEN, HEADS, HEAD_DIM, CHUNK);
+	printf("\n%s: weights %s, %u layers, hidden %u, %u x %u KV heads, "
+	       "bf16, chunks of %u\n", label,
+	       flags ? "bf16 (GemmEx)" : "f32 (Sgemm)", LAYERS, HIDDEN,
+	       m->n_kv_heads, HEAD_DIM, CHUNK);
 	printf("%7s %12s %12s %12s %10s %10s %12s %11s\n", "tokens",
 	       "restore ms/l", "pageable", "gemm ms/l", "h2d kv", "h2d h",
 	       "restore/gemm", "kv/restore");
@@ -190,7 +192,7 @@ int main(int argc, char **argv)
 		.family = KVFS_FAMILY_LLAMA,
 		.n_layers = LAYERS,
 		.hidden_size = HIDDEN,
-		.n_kv_heads = HEADS,
+		.n_kv_heads = MAX_HEADS,
 		.head_dim = HEAD_DIM,
 		.rms_norm_eps = 1e-5,
 		.rope_theta = 10000,
@@ -200,7 +202,11 @@ int main(int argc, char **argv)
 	int ntoks = 0, count = 0;
 	uint16_t *wk, *wv;
 	float *norm;
-	size_t dh = (size_t)HEADS * HEAD_DIM * HIDDEN;
+	static const struct {
+		const char *label;
+		uint32_t heads;
+	} geo[] = { { "7B MHA", 32 }, { "8B GQA", 8 } };
+	size_t dh = (size_t)MAX_HEADS * HEAD_DIM * HIDDEN;
 
 	for (int i = 1; i < argc && ntoks < 16; i++) {
 		long v = strtol(argv[i], NULL, 10);
@@ -238,8 +244,13 @@ int main(int argc, char **argv)
 			.wk_dtype = KVFS_DTYPE_BF16,
 			.wv_dtype = KVFS_DTYPE_BF16,
 		};
-	bench_mode(&m, w, 0, toks, ntoks);
-	bench_mode(&m, w, KVFS_RESTORE_CUDA_BF16, toks, ntoks);
+	/* The GQA geometry uses the first rows of the same weights. */
+	for (size_t gi = 0; gi < sizeof(geo) / sizeof(geo[0]); gi++) {
+		m.n_kv_heads = geo[gi].heads;
+		bench_mode(&m, w, 0, toks, ntoks, geo[gi].label);
+		bench_mode(&m, w, KVFS_RESTORE_CUDA_BF16, toks, ntoks,
+			   geo[gi].label);
+	}
 	free(wk);
 	free(wv);
 	free(norm);

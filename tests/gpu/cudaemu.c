@@ -698,6 +698,23 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr,
 	return cudaSuccess;
 }
 
+/* Host memory is its own device address here, as under UVA. */
+cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost,
+				     unsigned int flags)
+{
+	struct emu_map *m;
+
+	if (!pDevice || !pHost || flags)
+		return fail(cudaErrorInvalidValue);
+	pthread_mutex_lock(&emu_lock);
+	m = find_map(pHost, 1, MAP_PINNED | MAP_REGISTERED);
+	pthread_mutex_unlock(&emu_lock);
+	if (!m)
+		return fail(cudaErrorInvalidValue);
+	*pDevice = pHost;
+	return cudaSuccess;
+}
+
 /* Whether a copy of @kind may touch @dst and @src for @len bytes. */
 static bool copy_ok(void *dst, const void *src, size_t len,
 		    enum cudaMemcpyKind kind)

@@ -359,8 +359,7 @@ static void *fetch_thread(void *arg)
 	req_init(&m, KVFS_CTL_FETCH, 4);
 	for (int i = 0; i < 4; i++)
 		memcpy(req_keys(&m)[i], f->c->key[i], 16);
-	f->rc = fd < 0 || ioctl(fd, KVFS_IOC_FETCH, &m) ? -errno
-						      : m.resp.error;
+	f->rc = fd < 0 || ioctl(fd, KVFS_IOC_FETCH, &m) ? -errno : m.resp.error;
 	for (int i = 0; i < 4 && !f->rc; i++)
 		f->off[i] = resp_blk(&m)[i].pool_off;
 	if (fd >= 0)
@@ -380,9 +379,8 @@ static void test_concurrent_fetchers_one_copy(void **state)
 	stat_leases(fd, NULL, &before);
 	for (int i = 0; i < 4; i++) {
 		f[i].c = &c;
-		assert_int_equal(pthread_create(&t[i], NULL, fetch_thread,
-						&f[i]),
-				 0);
+		assert_int_equal(
+			pthread_create(&t[i], NULL, fetch_thread, &f[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
@@ -396,7 +394,6 @@ static void test_concurrent_fetchers_one_copy(void **state)
 }
 
 /* ---------------------------------------------------------- FETCH_INTO */
-
 
 struct waiter {
 	volatile uint32_t *word;
@@ -508,6 +505,106 @@ static void test_fetch_into_per_layer(void **state)
 	chain_free(&c);
 }
 
+/*
+ * FETCH_INTO's per-layer completion as a CUDA engine sees it: a stream of
+ * the client's own waits on the completion word (cuStreamWaitValue32 on
+ * the word's page, registered with the device) before it touches each
+ * layer. The stream is queued before the request goes out and must still
+ * be blocked then; once the request returns, what it copied out layer by
+ * layer must be the blocks' bytes, not the poison the destination held.
+ * Only with cuda and a driver that offers stream memory operations (the
+ * cudart stand-in does not: the test then says so and passes).
+ */
+#ifdef KVFS_HAVE_CUDA
+typedef int (*wait_value32_fn)(cudaStream_t stream, unsigned long long addr,
+			       uint32_t value, unsigned int flags);
+#define WAIT_VALUE_GEQ 0x0 /* CU_STREAM_WAIT_VALUE_GEQ */
+#endif
+
+static void test_fetch_into_stream_wait(void **state)
+{
+#ifdef KVFS_HAVE_CUDA
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
+	wait_value32_fn wait_value32 = NULL;
+	struct dev_region peer;
+	struct shm_region sync;
+	struct kvfs_ctl_msg m;
+	struct chain c;
+	cudaStream_t s;
+	cudaEvent_t first;
+	uint8_t *out, *dword = NULL;
+	uint64_t lb;
+	int fd;
+
+	if (dev_backend != KVFS_CTL_BACKEND_CUDA) {
+		printf("# stream wait: the shm backend has no streams\n");
+		return;
+	}
+	assert_int_equal(cudaGetDriverEntryPointByVersion(
+				 "cuStreamWaitValue32", (void **)&wait_value32,
+				 12000, cudaEnableDefault, &q),
+			 cudaSuccess);
+	if (q != cudaDriverEntryPointSuccess || !wait_value32) {
+		printf("# stream wait: this runtime has no "
+		       "cuStreamWaitValue32, not run\n");
+		return;
+	}
+	fd = ctl_open();
+	chain_write(&c, 13, 3);
+	lb = c.plen / g.n_layers;
+	dev_make(&peer, "swpeer", 3 * c.plen);
+	dev_fill(&peer, 0xa5);
+	shm_make(&sync, "swsync", 4096);
+	assert_int_equal(cudaHostRegister(sync.p, 4096,
+					  cudaHostRegisterMapped |
+						  cudaHostRegisterPortable),
+			 cudaSuccess);
+	assert_int_equal(cudaHostGetDevicePointer((void **)&dword, sync.p, 0),
+			 cudaSuccess);
+	assert_int_equal(cudaHostAlloc((void **)&out, 3 * c.plen,
+				       cudaHostAllocDefault),
+			 cudaSuccess);
+	memset(out, 0, 3 * c.plen);
+	assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+			 cudaSuccess);
+	assert_int_equal(cudaEventCreate(&first), cudaSuccess);
+	for (uint32_t l = 0; l < g.n_layers; l++) {
+		assert_int_equal(
+			wait_value32(
+				s, (unsigned long long)(uintptr_t)(dword + 64),
+				l + 1, WAIT_VALUE_GEQ),
+			0);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(
+				cudaMemcpyAsync(out + i * c.plen + l * lb,
+						peer.d + i * c.plen + l * lb,
+						lb, cudaMemcpyDeviceToHost, s),
+				cudaSuccess);
+		if (l == 0)
+			assert_int_equal(cudaEventRecord(first, s),
+					 cudaSuccess);
+	}
+	/* Nothing has been asked for yet: the stream must be waiting. */
+	assert_int_equal(cudaEventQuery(first), cudaErrorNotReady);
+	fill_into(&m, &c, &peer, &sync);
+	m.req.sync.off = 64;
+	assert_int_equal(call(fd, &m), 0);
+	assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+	assert_int_equal(*(volatile uint32_t *)(sync.p + 64), g.n_layers);
+	for (int i = 0; i < 3; i++)
+		assert_memory_equal(out + i * c.plen, c.img[i] + c.poff,
+				    c.plen);
+	cudaEventDestroy(first);
+	cudaStreamDestroy(s);
+	cudaFreeHost(out);
+	cudaHostUnregister(sync.p);
+	shm_drop(&sync);
+	dev_drop(&peer);
+	close(fd);
+	chain_free(&c);
+#endif
+}
+
 static uint64_t stat_fetch_into_bytes(int fd)
 {
 	struct kvfs_ctl_msg m;
@@ -562,9 +659,9 @@ static void test_fetch_into_overlap(void **state)
 	const uint64_t p = c.plen;
 	/* dst of blocks 0, 1, 2 */
 	const uint64_t bad[][3] = {
-		{ 0, 0, 2 * p },         /* two blocks in one slot */
-		{ 2 * p, 0, p + 1 },     /* one byte, out of order */
-		{ p, 2 * p - 1, 0 },     /* one byte, the last block first */
+		{ 0, 0, 2 * p }, /* two blocks in one slot */
+		{ 2 * p, 0, p + 1 }, /* one byte, out of order */
+		{ p, 2 * p - 1, 0 }, /* one byte, the last block first */
 	};
 
 	dev_make(&peer, "overlap", 3 * p + 4096);
@@ -806,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_exit_frees_leases),
 		cmocka_unit_test(test_concurrent_fetchers_one_copy),
 		cmocka_unit_test(test_fetch_into_per_layer),
+		cmocka_unit_test(test_fetch_into_stream_wait),
 		cmocka_unit_test(test_fetch_into_overlap),
 		cmocka_unit_test(test_save_round_trip),
 		cmocka_unit_test(test_bad_input),
@@ -817,7 +915,7 @@ int main(void)
 	ns = getenv("KVFS_NS");
 	if (dev_backend_init()) {
 		fprintf(stderr, "ctl_client: KVFS_TEST_GPU=cuda needs a build "
-			"with CUDA\n");
+				"with CUDA\n");
 		return 2;
 	}
 	if (!mnt || !ns) {
@@ -831,10 +929,11 @@ int main(void)
 		return 2;
 	v[n] = 0;
 	char dt[16];
-	if (sscanf(v, "layers=%u kv_heads=%u head_dim=%u dtype=%15s "
-		      "block_tokens=%u chunk_tokens=%u hidden_size=%u",
-		   &g.n_layers, &g.n_kv_heads, &g.head_dim, dt,
-		   &g.block_tokens, &g.chunk_tokens, &g.hidden_size) != 7)
+	if (sscanf(v,
+		   "layers=%u kv_heads=%u head_dim=%u dtype=%15s "
+		   "block_tokens=%u chunk_tokens=%u hidden_size=%u",
+		   &g.n_layers, &g.n_kv_heads, &g.head_dim, dt, &g.block_tokens,
+		   &g.chunk_tokens, &g.hidden_size) != 7)
 		return 2;
 	g.dtype = (uint16_t)kvfs_fmt_dtype_parse(dt);
 	n = getxattr(path, "user.kvfs.root", v, sizeof(v) - 1);

@@ -67,6 +67,7 @@ static inline void dev_make(struct dev_region *r, const char *tag, size_t len)
 	assert_int_equal(cudaSetDevice(0), cudaSuccess);
 	assert_int_equal(cudaMalloc((void **)&r->d, len), cudaSuccess);
 	assert_int_equal(cudaMemset(r->d, 0, len), cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 #else
 	fail_msg("no CUDA in this build");
 #endif
@@ -111,9 +112,13 @@ static inline void dev_put(struct dev_region *r, uint64_t off, const void *buf,
 		return;
 	}
 #ifdef KVFS_HAVE_CUDA
+	/* From pageable memory the copy may return before the bytes are on
+	 * the device: the daemon reads them from another context.
+	 */
 	assert_int_equal(cudaMemcpy(r->d + off, buf, len,
 				    cudaMemcpyHostToDevice),
 			 cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 #else
 	fail_msg("no CUDA in this build");
 #endif
@@ -129,7 +134,11 @@ static inline void dev_fill(struct dev_region *r, int byte)
 		return;
 	}
 #ifdef KVFS_HAVE_CUDA
+	/* cudaMemset of device memory may return before it is done; the
+	 * daemon's copies into @r must come after it.
+	 */
 	assert_int_equal(cudaMemset(r->d, byte, r->len), cudaSuccess);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
 #else
 	fail_msg("no CUDA in this build");
 #endif

@@ -70,7 +70,7 @@ t_cmocka() {
 		/^\[  FAILED  \]/ && cur != "" { print cur, "FAILED"; cur = "" }' <<<"$out")
 	if [ "$rc" -ne 0 ]; then
 		t_fail "$tag: $1 exited $rc"
-		printf '%s\n' "$out" | grep -v '^\[ *\(RUN\|OK\) ' | sed 's/^/#   /' | tail -n 30
+		printf '%s\n' "$out" | grep -v '^\[ *\(RUN\|OK\) ' | sed 's/^/#   /' | tail -n "${T_CMOCKA_TAIL:-30}"
 	fi
 }
 
