@@ -110,7 +110,7 @@ endif
 
 # Every .c in a module folder is library code, except program entry points
 # (*_main.c).
-LIB_SRCS := $(filter-out %_main.c fs/libkvfs.c,$(wildcard meta/*.c cache/*.c gpu/*.c fs/*.c))
+LIB_SRCS := $(filter-out %_main.c,$(wildcard meta/*.c tier/*.c hcache/*.c gpu/*.c cache/*.c sim/*.c fs/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o) \
 	$(EMU_OBJS)
 LIB := $(BUILD)/libkvfscore.a
@@ -118,18 +118,18 @@ LIB := $(BUILD)/libkvfscore.a
 # program name = main source
 PROGS := kvfs kvfsctl mkfs.kvfs kvfs-gen kvfs-sim
 kvfs_MAIN := fs/kvfs_main.c
-kvfsctl_MAIN := fs/kvfsctl_main.c
+kvfsctl_MAIN := client/kvfsctl_main.c
 mkfs.kvfs_MAIN := mkfs/mkfs_main.c
-kvfs-gen_MAIN := fs/gen_main.c
-kvfs-sim_MAIN := cache/sim_main.c
+kvfs-gen_MAIN := client/gen_main.c
+kvfs-sim_MAIN := sim/sim_main.c
 # The example engine exists once its source does.
-PROGS += $(if $(wildcard fs/engine_main.c),kvfs-engine)
-kvfs-engine_MAIN := fs/engine_main.c
+PROGS += $(if $(wildcard client/engine_main.c),kvfs-engine)
+kvfs-engine_MAIN := client/engine_main.c
 PROG_BINS := $(PROGS:%=$(BUILD)/bin/%)
 
 # libkvfs: the client library engines link (shared and static), with the
 # block-format code it needs for key chains.
-LIBKVFS_SRCS := $(if $(wildcard fs/libkvfs.c),fs/libkvfs.c meta/fmt.c meta/util.c meta/log.c)
+LIBKVFS_SRCS := $(if $(wildcard client/libkvfs.c),client/libkvfs.c meta/fmt.c meta/util.c meta/log.c)
 LIBKVFS_A := $(if $(LIBKVFS_SRCS),$(BUILD)/lib/libkvfs.a)
 LIBKVFS := $(if $(LIBKVFS_SRCS),$(LIBKVFS_A) $(BUILD)/lib/libkvfs.so)
 

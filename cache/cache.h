@@ -30,7 +30,7 @@
 #include <sys/types.h>
 
 #include "meta/fmt.h"
-#include "fs/conf.h"
+#include "cache/params.h"
 
 /* Fixed inode numbers of the mount. */
 enum kvfs_ino {
@@ -62,7 +62,7 @@ enum kvfs_cache_flags {
  * the tiers and the policy, and starts the background threads.
  * Errors: whatever the store, config or policy report; each is logged.
  */
-int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
+int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 		    unsigned flags, struct kvfs_cache **out);
 /* Persist every committed block, flush counters, stop threads, close the
  * store and free. NULL is a no-op. Returns nothing: failures are logged.

@@ -15,12 +15,12 @@
 
 #include "cache/cache.h"
 #include "cache/policy.h"
-#include "cache/tier.h"
+#include "tier/tier.h"
 #include "meta/meta.h"
 #include "meta/store.h"
 #include "gpu/gpu.h"
-#include "gpu/hsched.h"
-#include "gpu/restore.h"
+#include "hcache/hsched.h"
+#include "hcache/restore.h"
 
 #define KVFS_SHARDS 64
 
@@ -192,7 +192,7 @@ struct kvfs_shard {
 };
 
 struct kvfs_cache {
-	struct kvfs_conf conf;
+	struct kvfs_cache_params conf;
 	unsigned flags;
 	struct kvfs_store *store;
 	struct kvfs_tier *tier[KVFS_NTIERS]; /* NULL = absent */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
-#include "cache/extent.h"
+#include "tier/extent.h"
 #include "cache/chunk.h"
 #include "cache/ctl.h"
 #include <unistd.h>
@@ -55,7 +55,7 @@ static void geom_from_rec(const struct kvfs_meta_ns *r, struct kvfs_geom *g)
 }
 
 /* A stored namespace's geometry is fixed: every block depends on it. */
-static int ns_compare(const struct kvfs_conf_ns *cn,
+static int ns_compare(const struct kvfs_ns_params *cn,
 		      const struct kvfs_meta_ns *r)
 {
 	struct kvfs_geom g;
@@ -126,7 +126,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 	}
 	/* Stored namespaces keep their ids; a config may not hide one. */
 	for (size_t i = 0; i < stored.n; i++) {
-		const struct kvfs_conf_ns *cn = NULL;
+		const struct kvfs_ns_params *cn = NULL;
 
 		for (size_t j = 0; j < c->conf.n_ns; j++)
 			if (!strcmp(c->conf.ns[j].name, stored.v[i].name))
@@ -165,7 +165,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 		c->ns[c->n_ns++].rec = stored.v[i];
 	}
 	for (size_t j = 0; j < c->conf.n_ns; j++) {
-		const struct kvfs_conf_ns *cn = &c->conf.ns[j];
+		const struct kvfs_ns_params *cn = &c->conf.ns[j];
 		struct kvfs_meta_ns *r;
 
 		if (kvfs_cache_ns_by_name(c, cn->name))
@@ -583,7 +583,7 @@ static int open_gpu(struct kvfs_cache *c)
 	int rc;
 
 	switch (c->conf.gpu_backend) {
-	case KVFS_CONF_GPU_SHM:
+	case KVFS_PARAMS_GPU_SHM:
 		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-%d-pool",
 			 c->store->sb.uuid[0], c->store->sb.uuid[1],
 			 c->store->sb.uuid[2], c->store->sb.uuid[3],
@@ -591,7 +591,7 @@ static int open_gpu(struct kvfs_cache *c)
 		rc = kvfs_gpu_shm_init(name, c->conf.gpu_capacity, 0,
 				       &c->tier[KVFS_TIER_GPU]);
 		break;
-	case KVFS_CONF_GPU_CUDA:
+	case KVFS_PARAMS_GPU_CUDA:
 		rc = kvfs_gpu_cuda_init((int)c->conf.gpu_device,
 					c->conf.gpu_capacity, 0,
 					&c->tier[KVFS_TIER_GPU]);
@@ -612,11 +612,11 @@ static int open_gpu(struct kvfs_cache *c)
 /* [tier.dram] pinned, resolved: whether the DRAM tier is one arena that
  * the device tier registers.
  */
-static bool dram_wants_pinning(const struct kvfs_conf *conf)
+static bool dram_wants_pinning(const struct kvfs_cache_params *conf)
 {
-	return conf->dram_pinned == KVFS_CONF_PINNED_YES ||
-	       (conf->dram_pinned == KVFS_CONF_PINNED_AUTO &&
-		conf->gpu_backend == KVFS_CONF_GPU_CUDA);
+	return conf->dram_pinned == KVFS_PARAMS_PINNED_YES ||
+	       (conf->dram_pinned == KVFS_PARAMS_PINNED_AUTO &&
+		conf->gpu_backend == KVFS_PARAMS_GPU_CUDA);
 }
 
 /*
@@ -640,7 +640,7 @@ static int pin_dram(struct kvfs_cache *c)
 	if (!rc)
 		return 0;
 	kvfs_util_fmt_size(len, sz, sizeof(sz));
-	if (c->conf.dram_pinned == KVFS_CONF_PINNED_YES) {
+	if (c->conf.dram_pinned == KVFS_PARAMS_PINNED_YES) {
 		kvfs_err("[tier.dram] pinned = yes, but the %s DRAM tier "
 			 "cannot be pinned (%s): refusing to start (raise "
 			 "RLIMIT_MEMLOCK or lower the capacity, or set "
@@ -670,12 +670,12 @@ void kvfs_bg_end(struct kvfs_cache *c)
 
 /* ------------------------------------------------------------ lifecycle */
 
-int kvfs_cache_open(const char *dir, const struct kvfs_conf *conf,
+int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 		    unsigned flags, struct kvfs_cache **out)
 {
 	struct kvfs_cache *c;
 	uint64_t cap[KVFS_NTIERS] = { 0 };
-	const char *keys[KVFS_CONF_MAX_OPTS], *vals[KVFS_CONF_MAX_OPTS];
+	const char *keys[KVFS_PARAMS_MAX_OPTS], *vals[KVFS_PARAMS_MAX_OPTS];
 	int rc;
 
 	c = calloc(1, sizeof(*c));

@@ -23,7 +23,7 @@
 #include "cache/cache_i.h"
 #include "cache/chunk.h"
 #include "cache/ctl.h"
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/guard.h"
 #include "meta/log.h"
 #include "meta/util.h"

@@ -25,12 +25,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 
-enum kvfs_tier_id {
-	KVFS_TIER_GPU = 0,
-	KVFS_TIER_DRAM = 1,
-	KVFS_TIER_SSD = 2,
-	KVFS_NTIERS = 3,
-};
+#include "tier/tier.h"
+
 
 /* Per-tier policy links of a node (policy-private). */
 struct kvfs_plink {

@@ -1551,7 +1551,7 @@ static int hc_plan(struct kvfs_ns *ns)
  * of the SSD, where blocks live for the long term: its hidden layers stay
  * hidden states, its KV layers are stored only as K and V.
  */
-static int hc_decide(struct kvfs_ns *ns, const struct kvfs_conf_ns *cn)
+static int hc_decide(struct kvfs_ns *ns, const struct kvfs_ns_params *cn)
 {
 	struct kvfs_hc_ns *hc = &ns->hc;
 	const struct kvfs_geom *g = &ns->geom;
@@ -1581,7 +1581,7 @@ static int hc_decide(struct kvfs_ns *ns, const struct kvfs_conf_ns *cn)
 			 ns->rec.name, ns->rec.store_as);
 		return -EUCLEAN;
 	}
-	if (cn->hc.kv_layers != KVFS_CONF_KV_LAYERS_SCHED && smaller &&
+	if (cn->hc.kv_layers != KVFS_PARAMS_KV_LAYERS_SCHED && smaller &&
 	    cn->hc.kv_layers <= n) {
 		/* fs/conf.c checked the bounds and the sizes. */
 		hc->kv_from = n - cn->hc.kv_layers;
@@ -1616,7 +1616,7 @@ static int hc_decide(struct kvfs_ns *ns, const struct kvfs_conf_ns *cn)
 	return 0;
 }
 
-static const struct kvfs_conf_ns *conf_ns(struct kvfs_cache *c,
+static const struct kvfs_ns_params *conf_ns(struct kvfs_cache *c,
 					  const char *name)
 {
 	for (size_t i = 0; i < c->conf.n_ns; i++)
@@ -1626,7 +1626,7 @@ static const struct kvfs_conf_ns *conf_ns(struct kvfs_cache *c,
 }
 
 static int hc_load(struct kvfs_cache *c, struct kvfs_ns *ns,
-		   const struct kvfs_conf_ns *cn, struct kvfs_restore_ws *ws)
+		   const struct kvfs_ns_params *cn, struct kvfs_restore_ws *ws)
 {
 	struct kvfs_restore_model m = {
 		.family = cn->hc.family,
@@ -1680,20 +1680,20 @@ static int hc_dev_init(struct kvfs_cache *c, struct kvfs_ns *ns)
 	hc->dev = KVFS_HC_DEV_NONE;
 	if (!c->tier[KVFS_TIER_GPU] || !c->gops)
 		return 0;
-	if (c->conf.gpu_backend != KVFS_CONF_GPU_CUDA ||
-	    want == KVFS_CONF_RESTORE_CPU) {
+	if (c->conf.gpu_backend != KVFS_PARAMS_GPU_CUDA ||
+	    want == KVFS_PARAMS_RESTORE_CPU) {
 		hc->dev = KVFS_HC_DEV_CPU;
 		kvfs_info("ns %s: blocks stored as hidden states are restored "
 			  "on the CPU straight into the device pool when it "
 			  "loads them ([tier.gpu] restore = %s)", ns->rec.name,
-			  want == KVFS_CONF_RESTORE_CPU ? "cpu" : "auto");
+			  want == KVFS_PARAMS_RESTORE_CPU ? "cpu" : "auto");
 		return 0;
 	}
 	rc = kvfs_restore_cuda_init(hc->rst, (int)c->conf.gpu_device, 0,
 				    &hc->rc);
 	if (rc) {
 		hc->rc = NULL;
-		if (want == KVFS_CONF_RESTORE_GPU) {
+		if (want == KVFS_PARAMS_RESTORE_GPU) {
 			kvfs_err("ns %s: [tier.gpu] restore = gpu, but GPU "
 				 "restoration cannot start on CUDA device %u "
 				 "(%s): refusing to start", ns->rec.name,
@@ -1754,7 +1754,7 @@ int kvfs_rpool_start(struct kvfs_cache *c)
 		return rc;
 	for (size_t i = 0; i < c->n_ns && !rc; i++) {
 		struct kvfs_ns *ns = &c->ns[i];
-		const struct kvfs_conf_ns *cn = conf_ns(c, ns->rec.name);
+		const struct kvfs_ns_params *cn = conf_ns(c, ns->rec.name);
 
 		if (!cn || !cn->hc.weights[0])
 			continue;

@@ -31,7 +31,7 @@
  *                score_halflife 0..1e9 (requests; 0 = no decay),
  *                spec_depth 0..256 (0 = no limit)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
- *                for the policy to check (at most KVFS_CONF_MAX_OPTS)
+ *                for the policy to check (at most KVFS_PARAMS_MAX_OPTS)
  *   [namespace NAME]
  *                layers 1..1024, kv_heads 1..1024, head_dim 1..4096,
  *                dtype f16|bf16|f32|f8_e4m3, block_tokens 1..65536,
@@ -69,7 +69,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -95,7 +95,7 @@ struct conf_state {
 	uint64_t seen;           /* bit i: key i of sec->keys was set */
 	unsigned key_line[64];   /* where key i of sec->keys was set */
 	unsigned sections_seen;  /* bit i: sections[i] appeared */
-	struct kvfs_conf_ns *ns; /* the namespace being filled */
+	struct kvfs_ns_params *ns; /* the namespace being filled */
 	unsigned pinned_line;    /* where [tier.dram] pinned was set, or 0 */
 	/* the first error */
 	bool failed;
@@ -314,8 +314,8 @@ static const struct conf_key daemon_keys[] = {
 	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
 	  0, 0, 0, false },
 	STR("log_file", struct kvfs_conf, log_file, set_str),
-	U32("flush_ms", struct kvfs_conf, flush_ms, 1, 3600000, false),
-	SIZE("meta_mapsize", struct kvfs_conf, meta_mapsize, 1ull << 20,
+	U32("flush_ms", struct kvfs_conf, cache.flush_ms, 1, 3600000, false),
+	SIZE("meta_mapsize", struct kvfs_conf, cache.meta_mapsize, 1ull << 20,
 	     16ull << 40),
 	{ NULL },
 };
@@ -326,11 +326,11 @@ static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
 	int v;
 
 	if (!strcmp(val, "auto"))
-		v = KVFS_CONF_PINNED_AUTO;
+		v = KVFS_PARAMS_PINNED_AUTO;
 	else if (!strcmp(val, "yes"))
-		v = KVFS_CONF_PINNED_YES;
+		v = KVFS_PARAMS_PINNED_YES;
 	else if (!strcmp(val, "no"))
-		v = KVFS_CONF_PINNED_NO;
+		v = KVFS_PARAMS_PINNED_NO;
 	else
 		return fail(st, st->lineno,
 			    "%s = '%s': expected auto, yes or no", k->name,
@@ -341,15 +341,15 @@ static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
 }
 
 static const struct conf_key dram_keys[] = {
-	SIZE("capacity", struct kvfs_conf, dram_capacity, 4096, 16ull << 40),
-	{ "pinned", set_dram_pinned, offsetof(struct kvfs_conf, dram_pinned),
+	SIZE("capacity", struct kvfs_conf, cache.dram_capacity, 4096, 16ull << 40),
+	{ "pinned", set_dram_pinned, offsetof(struct kvfs_conf, cache.dram_pinned),
 	  0, 0, 0, false },
 	{ NULL },
 };
 
 static const struct conf_key ssd_keys[] = {
-	U32("rings", struct kvfs_conf, ssd_rings, 1, 64, false),
-	U32("writeback_batch", struct kvfs_conf, writeback_batch, 1, 4096,
+	U32("rings", struct kvfs_conf, cache.ssd_rings, 1, 64, false),
+	U32("writeback_batch", struct kvfs_conf, cache.writeback_batch, 1, 4096,
 	    false),
 	{ NULL },
 };
@@ -360,11 +360,11 @@ static int set_gpu_backend(struct conf_state *st, const struct conf_key *k,
 	int v;
 
 	if (!strcmp(val, "none"))
-		v = KVFS_CONF_GPU_NONE;
+		v = KVFS_PARAMS_GPU_NONE;
 	else if (!strcmp(val, "shm"))
-		v = KVFS_CONF_GPU_SHM;
+		v = KVFS_PARAMS_GPU_SHM;
 	else if (!strcmp(val, "cuda"))
-		v = KVFS_CONF_GPU_CUDA;
+		v = KVFS_PARAMS_GPU_CUDA;
 	else
 		return fail(st, st->lineno,
 			    "%s = '%s': expected none, shm or cuda", k->name,
@@ -379,11 +379,11 @@ static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
 	int v;
 
 	if (!strcmp(val, "auto"))
-		v = KVFS_CONF_RESTORE_AUTO;
+		v = KVFS_PARAMS_RESTORE_AUTO;
 	else if (!strcmp(val, "gpu"))
-		v = KVFS_CONF_RESTORE_GPU;
+		v = KVFS_PARAMS_RESTORE_GPU;
 	else if (!strcmp(val, "cpu"))
-		v = KVFS_CONF_RESTORE_CPU;
+		v = KVFS_PARAMS_RESTORE_CPU;
 	else
 		return fail(st, st->lineno,
 			    "%s = '%s': expected auto, gpu or cpu", k->name,
@@ -393,68 +393,68 @@ static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
 }
 
 static const struct conf_key gpu_keys[] = {
-	{ "backend", set_gpu_backend, offsetof(struct kvfs_conf, gpu_backend),
+	{ "backend", set_gpu_backend, offsetof(struct kvfs_conf, cache.gpu_backend),
 	  0, 0, 0, false },
-	U32("device", struct kvfs_conf, gpu_device, 0, 1023, false),
-	SIZE("capacity", struct kvfs_conf, gpu_capacity, 4096, 16ull << 40),
-	U32("lease_ms", struct kvfs_conf, lease_ms, 1, 86400000, false),
-	{ "restore", set_gpu_restore, offsetof(struct kvfs_conf, gpu_restore),
+	U32("device", struct kvfs_conf, cache.gpu_device, 0, 1023, false),
+	SIZE("capacity", struct kvfs_conf, cache.gpu_capacity, 4096, 16ull << 40),
+	U32("lease_ms", struct kvfs_conf, cache.lease_ms, 1, 86400000, false),
+	{ "restore", set_gpu_restore, offsetof(struct kvfs_conf, cache.gpu_restore),
 	  0, 0, 0, false },
 	{ NULL },
 };
 
 static const struct conf_key chunk_keys[] = {
-	SIZE("dram_capacity", struct kvfs_conf, chunk_dram, 0, 16ull << 40),
-	SIZE("gpu_capacity", struct kvfs_conf, chunk_gpu, 0, 16ull << 40),
-	U32("score_halflife", struct kvfs_conf, score_halflife, 0,
+	SIZE("dram_capacity", struct kvfs_conf, cache.chunk_dram, 0, 16ull << 40),
+	SIZE("gpu_capacity", struct kvfs_conf, cache.chunk_gpu, 0, 16ull << 40),
+	U32("score_halflife", struct kvfs_conf, cache.score_halflife, 0,
 	    1000000000, false),
-	U32("spec_depth", struct kvfs_conf, chunk_spec_depth, 0, 256, false),
+	U32("spec_depth", struct kvfs_conf, cache.chunk_spec_depth, 0, 256, false),
 	{ NULL },
 };
 
 static const struct conf_key policy_keys[] = {
-	STR("name", struct kvfs_conf, policy, set_policy_name),
+	STR("name", struct kvfs_conf, cache.policy, set_policy_name),
 	{ NULL },
 };
 
 #define G(f) geom.f
 static const struct conf_key ns_keys[] = {
-	U32("layers", struct kvfs_conf_ns, G(n_layers), 1, 1024, true),
-	U32("kv_heads", struct kvfs_conf_ns, G(n_kv_heads), 1, 1024, true),
-	U32("head_dim", struct kvfs_conf_ns, G(head_dim), 1, 4096, true),
-	{ "dtype", set_dtype, offsetof(struct kvfs_conf_ns, G(dtype)), 0, 0, 0,
+	U32("layers", struct kvfs_ns_params, G(n_layers), 1, 1024, true),
+	U32("kv_heads", struct kvfs_ns_params, G(n_kv_heads), 1, 1024, true),
+	U32("head_dim", struct kvfs_ns_params, G(head_dim), 1, 4096, true),
+	{ "dtype", set_dtype, offsetof(struct kvfs_ns_params, G(dtype)), 0, 0, 0,
 	  true },
-	U32("block_tokens", struct kvfs_conf_ns, G(block_tokens), 1, 65536,
+	U32("block_tokens", struct kvfs_ns_params, G(block_tokens), 1, 65536,
 	    true),
 	/* the upper bound is block_tokens, checked when the section ends */
-	U32("chunk_tokens", struct kvfs_conf_ns, G(chunk_tokens), 1, 65536,
+	U32("chunk_tokens", struct kvfs_ns_params, G(chunk_tokens), 1, 65536,
 	    true),
-	U32("hidden_size", struct kvfs_conf_ns, G(hidden_size), 1, 1u << 20,
+	U32("hidden_size", struct kvfs_ns_params, G(hidden_size), 1, 1u << 20,
 	    false),
-	STR("salt", struct kvfs_conf_ns, salt, set_str),
-	STR("weights", struct kvfs_conf_ns, hc.weights, set_str),
-	{ "family", set_family, offsetof(struct kvfs_conf_ns, hc.family), 0, 0,
+	STR("salt", struct kvfs_ns_params, salt, set_str),
+	STR("weights", struct kvfs_ns_params, hc.weights, set_str),
+	{ "family", set_family, offsetof(struct kvfs_ns_params, hc.family), 0, 0,
 	  0, false },
 	{ "rms_norm_eps", set_pos_double,
-	  offsetof(struct kvfs_conf_ns, hc.rms_norm_eps), 0, 0, 0, false },
+	  offsetof(struct kvfs_ns_params, hc.rms_norm_eps), 0, 0, 0, false },
 	{ "rope_theta", set_pos_double,
-	  offsetof(struct kvfs_conf_ns, hc.rope_theta), 0, 0, 0, false },
+	  offsetof(struct kvfs_ns_params, hc.rope_theta), 0, 0, 0, false },
 	{ "rope_scaling", set_rope,
-	  offsetof(struct kvfs_conf_ns, hc.rope_type), 0, 0, 0, false },
+	  offsetof(struct kvfs_ns_params, hc.rope_type), 0, 0, 0, false },
 	{ "rope_factor", set_pos_double,
-	  offsetof(struct kvfs_conf_ns, hc.rope_factor), 0, 0, 0, false },
+	  offsetof(struct kvfs_ns_params, hc.rope_factor), 0, 0, 0, false },
 	{ "rope_low_freq_factor", set_pos_double,
-	  offsetof(struct kvfs_conf_ns, hc.rope_low_freq_factor), 0, 0, 0,
+	  offsetof(struct kvfs_ns_params, hc.rope_low_freq_factor), 0, 0, 0,
 	  false },
 	{ "rope_high_freq_factor", set_pos_double,
-	  offsetof(struct kvfs_conf_ns, hc.rope_high_freq_factor), 0, 0, 0,
+	  offsetof(struct kvfs_ns_params, hc.rope_high_freq_factor), 0, 0, 0,
 	  false },
-	U32("rope_orig_max_pos", struct kvfs_conf_ns, hc.rope_orig_max_pos, 1,
+	U32("rope_orig_max_pos", struct kvfs_ns_params, hc.rope_orig_max_pos, 1,
 	    1u << 30, false),
-	{ "store_as", set_store_as, offsetof(struct kvfs_conf_ns, hc.store_as),
+	{ "store_as", set_store_as, offsetof(struct kvfs_ns_params, hc.store_as),
 	  0, 0, 0, false },
 	/* the upper bound is layers, checked when the section ends */
-	U32("hcache_kv_layers", struct kvfs_conf_ns, hc.kv_layers, 0, 1024,
+	U32("hcache_kv_layers", struct kvfs_ns_params, hc.kv_layers, 0, 1024,
 	    false),
 	{ NULL },
 };
@@ -477,21 +477,21 @@ static int policy_other(struct conf_state *st, const char *key,
 {
 	struct kvfs_conf *c = st->c;
 
-	for (size_t i = 0; i < c->n_policy_opts; i++)
-		if (!strcmp(c->policy_keys[i], key))
+	for (size_t i = 0; i < c->cache.n_policy_opts; i++)
+		if (!strcmp(c->cache.policy_keys[i], key))
 			return fail(st, st->lineno,
 				    "duplicate key '%s' in [%s]", key,
 				    st->sec_name);
-	if (c->n_policy_opts >= KVFS_CONF_MAX_OPTS)
+	if (c->cache.n_policy_opts >= KVFS_PARAMS_MAX_OPTS)
 		return fail(st, st->lineno, "more than %d policy options",
-			    KVFS_CONF_MAX_OPTS);
-	if (strlen(key) >= sizeof(c->policy_keys[0]) ||
-	    strlen(val) >= sizeof(c->policy_vals[0]))
+			    KVFS_PARAMS_MAX_OPTS);
+	if (strlen(key) >= sizeof(c->cache.policy_keys[0]) ||
+	    strlen(val) >= sizeof(c->cache.policy_vals[0]))
 		return fail(st, st->lineno,
 			    "policy option '%s' or its value is too long", key);
-	strcpy(c->policy_keys[c->n_policy_opts], key);
-	strcpy(c->policy_vals[c->n_policy_opts], val);
-	c->n_policy_opts++;
+	strcpy(c->cache.policy_keys[c->cache.n_policy_opts], key);
+	strcpy(c->cache.policy_vals[c->cache.n_policy_opts], val);
+	c->cache.n_policy_opts++;
 	return 0;
 }
 
@@ -504,21 +504,21 @@ static int ns_begin(struct conf_state *st, const char *name)
 			    "bad namespace name '%s': 1..%d of [A-Za-z0-9._-], "
 			    "not starting with '.'",
 			    name, KVFS_NS_NAME_MAX - 1);
-	for (size_t i = 0; i < c->n_ns; i++)
-		if (!strcmp(c->ns[i].name, name))
+	for (size_t i = 0; i < c->cache.n_ns; i++)
+		if (!strcmp(c->cache.ns[i].name, name))
 			return fail(st, st->lineno,
 				    "duplicate namespace '%s'", name);
-	if (c->n_ns >= KVFS_CONF_MAX_NS)
+	if (c->cache.n_ns >= KVFS_PARAMS_MAX_NS)
 		return fail(st, st->lineno, "more than %d namespaces",
-			    KVFS_CONF_MAX_NS);
-	st->ns = &c->ns[c->n_ns++];
+			    KVFS_PARAMS_MAX_NS);
+	st->ns = &c->cache.ns[c->cache.n_ns++];
 	memset(st->ns, 0, sizeof(*st->ns));
 	strcpy(st->ns->name, name);
 	/* Hugging Face's defaults for both families. */
 	st->ns->hc.rms_norm_eps = 1e-6;
 	st->ns->hc.rope_theta = 10000;
 	st->ns->hc.rope_type = KVFS_ROPE_DEFAULT;
-	st->ns->hc.kv_layers = KVFS_CONF_KV_LAYERS_SCHED;
+	st->ns->hc.kv_layers = KVFS_PARAMS_KV_LAYERS_SCHED;
 	return 0;
 }
 
@@ -538,7 +538,7 @@ static unsigned key_at(struct conf_state *st, const char *name)
  */
 static int ns_end_kv_layers(struct conf_state *st)
 {
-	const struct kvfs_conf_hcache *hc = &st->ns->hc;
+	const struct kvfs_hcache_params *hc = &st->ns->hc;
 	const struct kvfs_geom *g = &st->ns->geom;
 	unsigned line = key_at(st, "hcache_kv_layers");
 	uint64_t kv = 2ull * g->n_kv_heads * g->head_dim;
@@ -582,7 +582,7 @@ static int ns_end_hcache(struct conf_state *st)
 		{ "rope_high_freq_factor", 1u << KVFS_ROPE_LLAMA3 },
 		{ "rope_orig_max_pos", 1u << KVFS_ROPE_LLAMA3 },
 	};
-	const struct kvfs_conf_hcache *hc = &st->ns->hc;
+	const struct kvfs_hcache_params *hc = &st->ns->hc;
 	const struct kvfs_geom *g = &st->ns->geom;
 	unsigned wl = key_at(st, "weights"), line;
 
@@ -676,12 +676,12 @@ static int gpu_end(struct conf_state *st)
 
 	if (!line)
 		return 0;
-	if (c->gpu_backend == KVFS_CONF_GPU_NONE)
+	if (c->cache.gpu_backend == KVFS_PARAMS_GPU_NONE)
 		return fail(st, line,
 			    "[%s]: restore needs a device tier (backend = shm "
 			    "or cuda)", st->sec_name);
-	if (c->gpu_restore == KVFS_CONF_RESTORE_GPU &&
-	    c->gpu_backend != KVFS_CONF_GPU_CUDA)
+	if (c->cache.gpu_restore == KVFS_PARAMS_RESTORE_GPU &&
+	    c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
 		return fail(st, line,
 			    "[%s]: restore = gpu needs backend = cuda (the shm "
 			    "pool is host memory: use cpu or auto)",
@@ -880,16 +880,7 @@ void kvfs_conf_defaults(struct kvfs_conf *c)
 	memset(c, 0, sizeof(*c));
 	c->threads = 16;
 	c->log_level = KVFS_LOG_INFO;
-	c->flush_ms = 1000;
-	c->meta_mapsize = 1ull << 30;
-	c->dram_capacity = 256ull << 20;
-	c->ssd_rings = 4;
-	c->writeback_batch = 64;
-	c->gpu_capacity = 256ull << 20;
-	c->lease_ms = 60000;
-	c->chunk_dram = 64ull << 20;
-	c->chunk_spec_depth = 8;
-	strcpy(c->policy, "lru");
+	kvfs_cache_params_defaults(&c->cache);
 }
 
 /* Checks that need more than one section, once every section is read. */
@@ -898,8 +889,8 @@ static int conf_end(struct conf_state *st)
 	const struct kvfs_conf *c = st->c;
 
 	/* Only a CUDA device pins host memory: shm copies with memcpy. */
-	if (c->dram_pinned == KVFS_CONF_PINNED_YES &&
-	    c->gpu_backend != KVFS_CONF_GPU_CUDA)
+	if (c->cache.dram_pinned == KVFS_PARAMS_PINNED_YES &&
+	    c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
 		return fail(st, st->pinned_line,
 			    "[tier.dram]: pinned = yes needs [tier.gpu] "
 			    "backend = cuda (use auto or no)");

@@ -24,9 +24,9 @@
 
 #include "cache/cache.h"
 #include "cache/ctl.h"
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "cache/policy.h"
-#include "cache/tier.h"
+#include "tier/tier.h"
 #include "fs/fuse_ops.h"
 #include "meta/log.h"
 #include "meta/meta.h"

@@ -265,9 +265,9 @@ static int run(const struct opts *o, int report_fd)
 	 */
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD,
-		(int)(conf.dram_capacity < (1u << 30) ? conf.dram_capacity
+		(int)(conf.cache.dram_capacity < (1u << 30) ? conf.cache.dram_capacity
 						      : (1u << 30)));
-	rc = kvfs_cache_open(o->store, &conf, 0, &c);
+	rc = kvfs_cache_open(o->store, &conf.cache, 0, &c);
 	if (rc) {
 		snprintf(msg, sizeof(msg), "store %s: %s (the log says why)",
 			 o->store, strerror(-rc));
@@ -305,7 +305,7 @@ static int run(const struct opts *o, int report_fd)
 		goto out_signals;
 	}
 	kvfs_info("mounted %s on %s (%zu namespaces, policy %s)", o->store,
-		  o->mnt, kvfs_cache_ns_count(c), conf.policy);
+		  o->mnt, kvfs_cache_ns_count(c), conf.cache.policy);
 	write_pidfile(o->store);
 	raise_readahead(o->mnt);
 	mounted = true;

@@ -13,9 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/extent.h"
-#include "cache/tier.h"
-#include "cache/tier_i.h"
+#include "tier/extent.h"
+#include "tier/tier.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_i.h"
 #include "meta/log.h"

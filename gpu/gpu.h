@@ -47,8 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/tier.h"
-#include "fs/kvfs_ctl.h"
+#include "tier/tier.h"
+#include "meta/kvfs_ctl.h"
 
 struct kvfs_gpu_peer;
 

@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/extent.h"
-#include "cache/tier.h"
-#include "fs/kvfs_ctl.h"
+#include "tier/extent.h"
+#include "tier/tier.h"
+#include "meta/kvfs_ctl.h"
 #include "gpu/gpu.h"
 
 /* Allocation unit of a device pool. */

@@ -46,7 +46,7 @@
 
 #include <stdint.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 
 enum kvfs_restore_cuda_flags {
 	/* Keep K/V weights in bf16 on the device (half the memory) and run

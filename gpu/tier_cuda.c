@@ -64,8 +64,7 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "cache/tier.h"
-#include "cache/tier_i.h"
+#include "tier/tier.h"
 #include "gpu/gpu_i.h"
 #include "meta/util.h"
 

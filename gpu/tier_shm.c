@@ -22,8 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache/tier.h"
-#include "cache/tier_i.h"
+#include "tier/tier.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_i.h"
 #include "meta/guard.h"

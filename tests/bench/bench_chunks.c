@@ -60,7 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/fmt.h"
 
 #define MAX_KEYS 4096u

@@ -22,7 +22,7 @@
 #include <sys/xattr.h>
 #include <time.h>
 
-#include "fs/libkvfs.h"
+#include "client/libkvfs.h"
 #include "meta/fmt.h"
 #include "bench_i.h"
 

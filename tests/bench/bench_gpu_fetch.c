@@ -55,8 +55,8 @@
 
 #include "cache/cache.h"
 #include "cache/ctl.h"
-#include "fs/conf.h"
-#include "fs/kvfs_ctl.h"
+#include "cache/params.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 #include "meta/store.h"
@@ -70,7 +70,7 @@
 #define MiB (1ull << 20)
 
 struct opts {
-	int backend;            /* enum kvfs_conf_gpu */
+	int backend;            /* enum kvfs_params_gpu */
 	unsigned device;
 	uint64_t bytes;
 	uint32_t block_tokens;
@@ -185,7 +185,7 @@ static void print_copies(struct bench *B, uint64_t d0, uint64_t s0)
 {
 	uint64_t d, s;
 
-	if (B->o.backend != KVFS_CONF_GPU_CUDA)
+	if (B->o.backend != KVFS_PARAMS_GPU_CUDA)
 		return;
 	if (host_copies(B, &d, &s)) {
 		printf("    copies    unknown: .kvfs/stats has no "
@@ -211,7 +211,7 @@ static void fmt_bytes(uint64_t v, char *buf, size_t len)
 
 static int cache_open(struct bench *B)
 {
-	struct kvfs_conf conf;
+	struct kvfs_cache_params conf;
 	uint64_t img = kvfs_util_align_up(B->file_size, KVFS_FMT_ALIGN);
 	const char *tmp = B->o.dir ? B->o.dir : getenv("TMPDIR");
 	int rc;
@@ -233,8 +233,8 @@ static int cache_open(struct bench *B)
 			"%s\n", B->store, strerror(-rc));
 		return rc;
 	}
-	kvfs_conf_defaults(&conf);
-	conf.log_level = KVFS_LOG_WARN;
+	kvfs_cache_params_defaults(&conf);
+	kvfs_log_set_level(KVFS_LOG_WARN);
 	conf.dram_capacity = (uint64_t)B->n * img + conf.chunk_dram + 64 * MiB;
 	conf.gpu_backend = B->o.backend;
 	conf.gpu_device = B->o.device;
@@ -247,7 +247,7 @@ static int cache_open(struct bench *B)
 	if (rc == -ENODEV || rc == -EOPNOTSUPP) {
 		fprintf(stderr, "bench_gpu_fetch: no device: the %s tier on "
 			"device %u cannot be opened (%s); no figure\n",
-			B->o.backend == KVFS_CONF_GPU_CUDA ? "cuda" : "shm",
+			B->o.backend == KVFS_PARAMS_GPU_CUDA ? "cuda" : "shm",
 			B->o.device, strerror(-rc));
 		return rc;
 	}
@@ -571,7 +571,7 @@ static int kvfs_sample(struct bench *B, const void *req, size_t len,
 
 static int base_init(struct bench *B, uint64_t bytes)
 {
-	if (B->o.backend == KVFS_CONF_GPU_SHM) {
+	if (B->o.backend == KVFS_PARAMS_GPU_SHM) {
 		B->src = malloc(bytes);
 		B->dst = malloc(bytes);
 		if (!B->src || !B->dst)
@@ -611,7 +611,7 @@ static int base_init(struct bench *B, uint64_t bytes)
 
 static void base_release(struct bench *B)
 {
-	if (B->o.backend == KVFS_CONF_GPU_SHM) {
+	if (B->o.backend == KVFS_PARAMS_GPU_SHM) {
 		free(B->src);
 		free(B->dst);
 		return;
@@ -630,7 +630,7 @@ static int base_sample(struct bench *B, uint64_t bytes, uint64_t *ns)
 {
 	uint64_t t0 = now_ns();
 
-	if (B->o.backend == KVFS_CONF_GPU_SHM) {
+	if (B->o.backend == KVFS_PARAMS_GPU_SHM) {
 		memcpy(B->dst, B->src, bytes);
 		*ns = now_ns() - t0;
 		/* The copy must not be optimised away. */
@@ -712,15 +712,15 @@ static int parse(int argc, char **argv, struct opts *o)
 	};
 	int ch;
 
-	*o = (struct opts){ .backend = KVFS_CONF_GPU_SHM, .bytes = 2048 * MiB,
+	*o = (struct opts){ .backend = KVFS_PARAMS_GPU_SHM, .bytes = 2048 * MiB,
 			    .block_tokens = 16, .iters = 11, .sweep = true };
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'B':
 			if (!strcmp(optarg, "shm"))
-				o->backend = KVFS_CONF_GPU_SHM;
+				o->backend = KVFS_PARAMS_GPU_SHM;
 			else if (!strcmp(optarg, "cuda"))
-				o->backend = KVFS_CONF_GPU_CUDA;
+				o->backend = KVFS_PARAMS_GPU_CUDA;
 			else
 				goto usage;
 			break;
@@ -785,9 +785,9 @@ int main(int argc, char **argv)
 #endif
 	if (parse(argc, argv, &B.o))
 		return 1;
-	be = B.o.backend == KVFS_CONF_GPU_CUDA ? "cuda" : "shm";
+	be = B.o.backend == KVFS_PARAMS_GPU_CUDA ? "cuda" : "shm";
 #ifndef KVFS_HAVE_CUDA
-	if (B.o.backend == KVFS_CONF_GPU_CUDA) {
+	if (B.o.backend == KVFS_PARAMS_GPU_CUDA) {
 		fprintf(stderr, "bench_gpu_fetch: no device: built without "
 			"the CUDA toolkit; no figure\n");
 		return 2;
@@ -824,7 +824,7 @@ int main(int argc, char **argv)
 	       "DRAM-resident, against %s of the same bytes\n",
 	       sz, be, B.n, B.o.block_tokens,
 	       (unsigned long long)(B.payload >> 10),
-	       B.o.backend == KVFS_CONF_GPU_CUDA ?
+	       B.o.backend == KVFS_PARAMS_GPU_CUDA ?
 		       "cudaMemcpyAsync from pinned memory" :
 		       "memcpy between two warm buffers");
 	printf("  $ bench_gpu_fetch --backend %s --bytes %llu%s "
@@ -845,7 +845,7 @@ int main(int argc, char **argv)
 		goto out;
 	snprintf(label, sizeof(label), "[11] FETCH %s prefix (%s)", sz, be);
 	summary(B.o.summ, label, k, b, "GB/s",
-		B.o.backend == KVFS_CONF_GPU_CUDA ? "0.90" : "-");
+		B.o.backend == KVFS_PARAMS_GPU_CUDA ? "0.90" : "-");
 	print_copies(&B, d0, s0);
 
 	if (!B.o.sweep)

@@ -42,9 +42,9 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "cache/tier.h"
-#include "gpu/hsched.h"
-#include "gpu/restore.h"
+#include "tier/tier.h"
+#include "hcache/hsched.h"
+#include "hcache/restore.h"
 #include "bench_i.h"
 #include "meta/fmt.h"
 

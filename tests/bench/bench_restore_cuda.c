@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "gpu/restore_cuda.h"
 #include "bench_i.h"
 

@@ -32,7 +32,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "meta/fmt.h"
 #include "tests/gpu/cudaemu_i.h"
 

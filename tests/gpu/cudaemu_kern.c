@@ -25,7 +25,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "gpu/restore_cuda_i.h"
 #include "meta/fmt.h"
 #include "meta/log.h"

@@ -41,8 +41,8 @@
 
 #include <cmocka.h>
 
-#include "fs/kvfs_ctl.h"
-#include "gpu/restore.h"
+#include "meta/kvfs_ctl.h"
+#include "hcache/restore.h"
 #include "meta/fmt.h"
 #include "dev_region_i.h"
 #include "tests/unit/ckpt_ref_i.h"

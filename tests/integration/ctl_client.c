@@ -32,7 +32,7 @@
 
 #include <cmocka.h>
 
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/fmt.h"
 #include "dev_region_i.h"
 

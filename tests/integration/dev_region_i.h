@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "shm_region_i.h"
 
 #ifdef KVFS_HAVE_CUDA

@@ -56,7 +56,7 @@
 
 #include <cmocka.h>
 
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/fmt.h"
 #include "meta/util.h"
 

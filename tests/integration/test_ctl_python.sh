@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python binding (fs/kvfs.py over libkvfs) against a real mount with a
+# The Python binding (client/kvfs.py over libkvfs) against a real mount with a
 # shm device pool: key chains, LOOKUP (by keys and tokens, with and without
 # ACCESS), SAVE, FETCH (bytes through the pool mapping, one copy for two
 # fetchers), RELEASE, leases freed by close and by kill -9 of another
@@ -46,7 +46,7 @@ run_py() {
 		*) printf '# %s\n' "$line" ;;
 		esac
 	done < <(env "${PY_ENV[@]}" PYTHONDONTWRITEBYTECODE=1 KVFS_LIB="$LIB" \
-		PYTHONPATH="$ROOT/fs" \
+		PYTHONPATH="$ROOT/client" \
 		MNT="$MNT" NS="$NS" BIN="$BIN" python3 - 2>&1 <<'EOF'
 import errno, fcntl, os, random, struct, subprocess, sys, traceback
 import kvfs

@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "meta/log.h"
 #include "tests/unit/ckpt_ref_i.h"
 

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 
 /* One tensor to write. */
 struct wt {

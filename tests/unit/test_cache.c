@@ -19,7 +19,7 @@
 
 #include "cache/cache.h"
 #include "cache/policy.h"
-#include "fs/conf.h"
+#include "cache/params.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 #include "meta/meta.h"
@@ -35,14 +35,14 @@ static const struct kvfs_geom geom = {
 
 struct fx {
 	char dir[64];
-	struct kvfs_conf conf;
+	struct kvfs_cache_params conf;
 	struct kvfs_cache *c;
 	struct kvfs_ns *ns;
 };
 
-static void conf_init(struct kvfs_conf *conf, uint64_t dram)
+static void conf_init(struct kvfs_cache_params *conf, uint64_t dram)
 {
-	kvfs_conf_defaults(conf);
+	kvfs_cache_params_defaults(conf);
 	conf->dram_capacity = dram;
 	conf->n_ns = 1;
 	snprintf(conf->ns[0].name, sizeof(conf->ns[0].name), "t");

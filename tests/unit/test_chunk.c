@@ -24,8 +24,8 @@
 
 #include "cache/cache.h"
 #include "cache/chunk.h"
-#include "fs/conf.h"
-#include "gpu/restore.h"
+#include "cache/params.h"
+#include "hcache/restore.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 #include "meta/meta.h"
@@ -47,7 +47,7 @@ enum { NS_BF16, NS_F16, NS_F32, NS_F8, NS_ODD, NNS };
 static const char *const ns_names[NNS] = { "bf16", "f16", "f32", "f8",
 					   "odd" };
 
-static int gpu_backend = KVFS_CONF_GPU_SHM;
+static int gpu_backend = KVFS_PARAMS_GPU_SHM;
 
 static struct kvfs_geom ns_geom(int n)
 {
@@ -72,7 +72,7 @@ static uint32_t blk_tokens(int i)
 
 struct fx {
 	char dir[64];
-	struct kvfs_conf conf;
+	struct kvfs_cache_params conf;
 	struct kvfs_cache *c;
 	uint8_t *img[NNS][NBLK];
 	uint64_t size[NNS][NBLK];
@@ -181,7 +181,7 @@ static struct fx *fx_new(const struct opts *o, bool remount)
 	snprintf(f->dir, sizeof(f->dir), "/tmp/kvfs-tchunk.XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
 	assert_int_equal(kvfs_store_create(f->dir, 64 * MiB, true), 0);
-	kvfs_conf_defaults(&f->conf);
+	kvfs_cache_params_defaults(&f->conf);
 	f->conf.dram_capacity = 16 * MiB;
 	f->conf.chunk_dram = o->chunk_dram;
 	f->conf.chunk_gpu = o->chunk_gpu;
@@ -1929,7 +1929,7 @@ static const struct spec h_spec = {
 struct hx {
 	char dir[64];
 	char wpath[96];
-	struct kvfs_conf conf;
+	struct kvfs_cache_params conf;
 	struct kvfs_cache *c;
 	struct refmodel rm;
 	struct kvfs_restore *r;  /* the test's own, for expected bytes */
@@ -1984,12 +1984,12 @@ static struct hx *hx_new(uint64_t chunk_dram, bool remount)
 	write_checkpoint(h->wpath, h->rm.t, h->rm.nt);
 	assert_int_equal(kvfs_restore_load(&h->rm.m, h->wpath, 0, &h->r), 0);
 	assert_int_equal(kvfs_store_create(h->dir, 64 * MiB, true), 0);
-	kvfs_conf_defaults(&h->conf);
+	kvfs_cache_params_defaults(&h->conf);
 	h->conf.dram_capacity = 16 * MiB;
 	h->conf.chunk_dram = chunk_dram;
 	h->conf.n_ns = HNS;
 	for (int n = 0; n < HNS; n++) {
-		struct kvfs_conf_ns *cn = &h->conf.ns[n];
+		struct kvfs_ns_params *cn = &h->conf.ns[n];
 
 		snprintf(cn->name, sizeof(cn->name), "%s", hns_names[n]);
 		cn->geom = hns_geom(n);
@@ -2001,7 +2001,7 @@ static struct hx *hx_new(uint64_t chunk_dram, bool remount)
 		cn->hc.rope_type = KVFS_ROPE_DEFAULT;
 		cn->hc.store_as = n == HN_MIX ? KVFS_STORE_AUTO
 					      : KVFS_STORE_HIDDEN;
-		cn->hc.kv_layers = n == HN_MIX ? 2 : KVFS_CONF_KV_LAYERS_SCHED;
+		cn->hc.kv_layers = n == HN_MIX ? 2 : KVFS_PARAMS_KV_LAYERS_SCHED;
 	}
 	hx_open(h);
 
@@ -2505,7 +2505,7 @@ static void test_hidden_no_weights(void **state)
 		h->conf.ns[n].hc.weights[0] = '\0';
 		h->conf.ns[n].hc.family = 0;
 		h->conf.ns[n].hc.store_as = KVFS_STORE_KV;
-		h->conf.ns[n].hc.kv_layers = KVFS_CONF_KV_LAYERS_SCHED;
+		h->conf.ns[n].hc.kv_layers = KVFS_PARAMS_KV_LAYERS_SCHED;
 	}
 	hx_open(h);
 	for (int n = 0; n < HNS; n++) {
@@ -2573,7 +2573,7 @@ int main(void)
 	const char *env = getenv("KVFS_TEST_GPU");
 
 	if (env && !strcmp(env, "cuda"))
-		gpu_backend = KVFS_CONF_GPU_CUDA;
+		gpu_backend = KVFS_PARAMS_GPU_CUDA;
 	/* Refusals log by design; keep the test output readable. */
 	kvfs_log_set_level(getenv("KVFS_TEST_LOG") ? KVFS_LOG_DEBUG : -1);
 	return cmocka_run_group_tests(tests, NULL, NULL);

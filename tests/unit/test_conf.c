@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "fs/conf.h"
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "meta/log.h"
 
 static struct kvfs_conf *conf;
@@ -131,23 +131,23 @@ static void test_defaults(void **state)
 	assert_int_equal(conf->threads, 16);
 	assert_int_equal(conf->log_level, KVFS_LOG_INFO);
 	assert_string_equal(conf->log_file, "");
-	assert_int_equal(conf->flush_ms, 1000);
-	assert_int_equal(conf->meta_mapsize, 1ull << 30);
-	assert_int_equal(conf->dram_capacity, 256ull << 20);
-	assert_int_equal(conf->ssd_rings, 4);
-	assert_int_equal(conf->writeback_batch, 64);
-	assert_int_equal(conf->chunk_spec_depth, 8);
-	assert_string_equal(conf->policy, "lru");
-	assert_int_equal(conf->n_policy_opts, 0);
-	assert_int_equal(conf->n_ns, 0);
+	assert_int_equal(conf->cache.flush_ms, 1000);
+	assert_int_equal(conf->cache.meta_mapsize, 1ull << 30);
+	assert_int_equal(conf->cache.dram_capacity, 256ull << 20);
+	assert_int_equal(conf->cache.ssd_rings, 4);
+	assert_int_equal(conf->cache.writeback_batch, 64);
+	assert_int_equal(conf->cache.chunk_spec_depth, 8);
+	assert_string_equal(conf->cache.policy, "lru");
+	assert_int_equal(conf->cache.n_policy_opts, 0);
+	assert_int_equal(conf->cache.n_ns, 0);
 	/* an empty config is the defaults */
 	memset(conf, 0xff, sizeof(*conf));
 	expect_ok("");
 	assert_int_equal(conf->threads, 16);
-	assert_string_equal(conf->policy, "lru");
-	assert_int_equal(conf->n_ns, 0);
+	assert_string_equal(conf->cache.policy, "lru");
+	assert_int_equal(conf->cache.n_ns, 0);
 	expect_ok("; only a comment\n\n# another\n");
-	assert_int_equal(conf->dram_capacity, 256ull << 20);
+	assert_int_equal(conf->cache.dram_capacity, 256ull << 20);
 }
 
 static const char full[] =
@@ -190,31 +190,31 @@ static void check_full(void)
 	assert_int_equal(conf->threads, 8);
 	assert_int_equal(conf->log_level, KVFS_LOG_DEBUG);
 	assert_string_equal(conf->log_file, "/var/log/kvfs.log");
-	assert_int_equal(conf->flush_ms, 250);
-	assert_int_equal(conf->meta_mapsize, 2ull << 30);
-	assert_int_equal(conf->dram_capacity, 512ull << 20);
-	assert_int_equal(conf->ssd_rings, 2);
-	assert_int_equal(conf->writeback_batch, 32);
-	assert_string_equal(conf->policy, "hotprefix");
-	assert_int_equal(conf->n_policy_opts, 2);
-	assert_string_equal(conf->policy_keys[0], "alpha");
-	assert_string_equal(conf->policy_vals[0], "0.5");
-	assert_string_equal(conf->policy_keys[1], "window");
-	assert_string_equal(conf->policy_vals[1], "100");
-	assert_int_equal(conf->n_ns, 2);
-	assert_string_equal(conf->ns[0].name, "llama-3.1_8B");
-	assert_string_equal(conf->ns[0].salt, "tenant-a");
-	assert_int_equal(conf->ns[0].geom.n_layers, 32);
-	assert_int_equal(conf->ns[0].geom.n_kv_heads, 8);
-	assert_int_equal(conf->ns[0].geom.head_dim, 128);
-	assert_int_equal(conf->ns[0].geom.dtype, KVFS_DTYPE_BF16);
-	assert_int_equal(conf->ns[0].geom.block_tokens, 16);
-	assert_int_equal(conf->ns[0].geom.chunk_tokens, 4);
-	assert_int_equal(conf->ns[0].geom.hidden_size, 4096);
-	assert_string_equal(conf->ns[1].name, "tiny");
-	assert_string_equal(conf->ns[1].salt, "");
-	assert_int_equal(conf->ns[1].geom.dtype, KVFS_DTYPE_F8_E4M3);
-	assert_int_equal(conf->ns[1].geom.hidden_size, 0);
+	assert_int_equal(conf->cache.flush_ms, 250);
+	assert_int_equal(conf->cache.meta_mapsize, 2ull << 30);
+	assert_int_equal(conf->cache.dram_capacity, 512ull << 20);
+	assert_int_equal(conf->cache.ssd_rings, 2);
+	assert_int_equal(conf->cache.writeback_batch, 32);
+	assert_string_equal(conf->cache.policy, "hotprefix");
+	assert_int_equal(conf->cache.n_policy_opts, 2);
+	assert_string_equal(conf->cache.policy_keys[0], "alpha");
+	assert_string_equal(conf->cache.policy_vals[0], "0.5");
+	assert_string_equal(conf->cache.policy_keys[1], "window");
+	assert_string_equal(conf->cache.policy_vals[1], "100");
+	assert_int_equal(conf->cache.n_ns, 2);
+	assert_string_equal(conf->cache.ns[0].name, "llama-3.1_8B");
+	assert_string_equal(conf->cache.ns[0].salt, "tenant-a");
+	assert_int_equal(conf->cache.ns[0].geom.n_layers, 32);
+	assert_int_equal(conf->cache.ns[0].geom.n_kv_heads, 8);
+	assert_int_equal(conf->cache.ns[0].geom.head_dim, 128);
+	assert_int_equal(conf->cache.ns[0].geom.dtype, KVFS_DTYPE_BF16);
+	assert_int_equal(conf->cache.ns[0].geom.block_tokens, 16);
+	assert_int_equal(conf->cache.ns[0].geom.chunk_tokens, 4);
+	assert_int_equal(conf->cache.ns[0].geom.hidden_size, 4096);
+	assert_string_equal(conf->cache.ns[1].name, "tiny");
+	assert_string_equal(conf->cache.ns[1].salt, "");
+	assert_int_equal(conf->cache.ns[1].geom.dtype, KVFS_DTYPE_F8_E4M3);
+	assert_int_equal(conf->cache.ns[1].geom.hidden_size, 0);
 }
 
 static void test_full_valid(void **state)
@@ -264,7 +264,7 @@ static void test_chunk_not_dividing_ok(void **state)
 
 	ns_with(t, sizeof(t), "chunk_tokens = 5");
 	expect_ok(t);
-	assert_int_equal(conf->ns[0].geom.chunk_tokens, 5);
+	assert_int_equal(conf->cache.ns[0].geom.chunk_tokens, 5);
 	ns_with(t, sizeof(t), "chunk_tokens = 1");
 	expect_ok(t);
 }
@@ -306,7 +306,7 @@ static void test_duplicates(void **state)
 	strcat(t, "[namespace other]\n");
 	strcat(t, ns_ok + strlen("[namespace llama]\n"));
 	expect_ok(t);
-	assert_int_equal(conf->n_ns, 2);
+	assert_int_equal(conf->cache.n_ns, 2);
 	strcat(t, ns_ok);
 	expect_err(t, 15, "duplicate namespace 'llama'");
 	/* an indented line is not a continuation of the previous value */
@@ -350,9 +350,9 @@ static void test_bad_numbers(void **state)
 	expect_err("[tier.ssd]\nrings = 0\n", 2, "rings");
 	expect_err("[chunks]\nspec_depth = 257\n", 2, "spec_depth");
 	expect_ok("[chunks]\nspec_depth = 0\n");
-	assert_int_equal(conf->chunk_spec_depth, 0);
+	assert_int_equal(conf->cache.chunk_spec_depth, 0);
 	expect_ok("[chunks]\nspec_depth = 256\n");
-	assert_int_equal(conf->chunk_spec_depth, 256);
+	assert_int_equal(conf->cache.chunk_spec_depth, 256);
 	expect_err("[tier.ssd]\nwriteback_batch = 5000\n", 2,
 		   "writeback_batch");
 }
@@ -368,7 +368,7 @@ static void test_bad_sizes(void **state)
 	expect_err("[tier.dram]\ncapacity = 17T\n", 2, "capacity");
 	expect_err("[daemon]\nmeta_mapsize = 4K\n", 2, "meta_mapsize");
 	expect_ok("[tier.dram]\ncapacity = 64k\n");
-	assert_int_equal(conf->dram_capacity, 64 << 10);
+	assert_int_equal(conf->cache.dram_capacity, 64 << 10);
 }
 
 static void test_missing_required(void **state)
@@ -439,12 +439,12 @@ static void test_namespace_names(void **state)
 	snprintf(t, sizeof(t), "[namespace %s]\n%s", name,
 		 ns_ok + strlen("[namespace llama]\n"));
 	expect_ok(t);
-	assert_string_equal(conf->ns[0].name, name);
+	assert_string_equal(conf->cache.ns[0].name, name);
 	/* extra blanks around the name are allowed */
 	snprintf(t, sizeof(t), "[namespace \t m1 ]\n%s",
 		 ns_ok + strlen("[namespace llama]\n"));
 	expect_ok(t);
-	assert_string_equal(conf->ns[0].name, "m1");
+	assert_string_equal(conf->cache.ns[0].name, "m1");
 
 	expect_err("[namespace .x]\n", 1, "bad namespace name '.x'");
 	expect_err("[namespace a b]\n", 1, "bad namespace name 'a b'");
@@ -454,27 +454,27 @@ static void test_namespace_names(void **state)
 
 static void test_too_many_namespaces(void **state)
 {
-	size_t cap = (KVFS_CONF_MAX_NS + 1) * 128;
+	size_t cap = (KVFS_PARAMS_MAX_NS + 1) * 128;
 	char *t = malloc(cap);
 	const char *body = ns_ok + strlen("[namespace llama]\n");
 	unsigned line = 1;
 
 	assert_non_null(t);
 	t[0] = '\0';
-	for (int i = 0; i <= KVFS_CONF_MAX_NS; i++) {
+	for (int i = 0; i <= KVFS_PARAMS_MAX_NS; i++) {
 		char hdr[40];
 
 		snprintf(hdr, sizeof(hdr), "[namespace m%d]\n", i);
 		strcat(t, hdr);
 		strcat(t, body);
-		if (i < KVFS_CONF_MAX_NS)
+		if (i < KVFS_PARAMS_MAX_NS)
 			line += 7;
 	}
 	expect_err(t, line, "more than 64 namespaces");
 	/* exactly the maximum is fine */
 	*strstr(t, "[namespace m64]") = '\0';
 	expect_ok(t);
-	assert_int_equal(conf->n_ns, KVFS_CONF_MAX_NS);
+	assert_int_equal(conf->cache.n_ns, KVFS_PARAMS_MAX_NS);
 	free(t);
 }
 
@@ -483,18 +483,18 @@ static void test_policy(void **state)
 	char t[4096] = "[policy]\nname = arc\n";
 
 	expect_ok(t);
-	assert_string_equal(conf->policy, "arc");
+	assert_string_equal(conf->cache.policy, "arc");
 	expect_err("[policy]\nname = \n", 2, "name = ''");
 	expect_err("[policy]\nname = Lru!\n", 2, "name = 'Lru!'");
 	expect_err("[policy]\nname = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 2,
 		   "name");
-	for (int i = 0; i <= KVFS_CONF_MAX_OPTS; i++) {
+	for (int i = 0; i <= KVFS_PARAMS_MAX_OPTS; i++) {
 		char l[32];
 
 		snprintf(l, sizeof(l), "k%d = %d\n", i, i);
 		strcat(t, l);
 	}
-	expect_err(t, 3 + KVFS_CONF_MAX_OPTS, "more than 32 policy options");
+	expect_err(t, 3 + KVFS_PARAMS_MAX_OPTS, "more than 32 policy options");
 }
 
 static void test_syntax_and_long_lines(void **state)
@@ -522,7 +522,7 @@ static void hc_text(char *t, size_t len, const char *lines)
 
 static void test_hcache_keys(void **state)
 {
-	const struct kvfs_conf_hcache *hc = &conf->ns[0].hc;
+	const struct kvfs_hcache_params *hc = &conf->cache.ns[0].hc;
 	char t[2048];
 
 	/* without them: no weights, Hugging Face's defaults, store_as kv */
@@ -568,7 +568,7 @@ static void test_hcache_keys(void **state)
 	assert_int_equal(hc->rope_type, KVFS_ROPE_LINEAR);
 	assert_true(hc->rope_factor == 2.5);
 	assert_int_equal(hc->store_as, KVFS_STORE_HIDDEN);
-	assert_int_equal(hc->kv_layers, KVFS_CONF_KV_LAYERS_SCHED);
+	assert_int_equal(hc->kv_layers, KVFS_PARAMS_KV_LAYERS_SCHED);
 	/* a fixed split for auto: 1024 < 2 * 8 * 128 */
 	hc_text(t, sizeof(t),
 		"hidden_size = 1024\nweights = /m/l.safetensors\n"
@@ -691,18 +691,18 @@ static void test_hcache_errors(void **state)
 static void test_gpu_restore(void **state)
 {
 	kvfs_conf_defaults(conf);
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_AUTO);
 	expect_ok("[tier.gpu]\nbackend = cuda\n");
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_AUTO);
 	expect_ok("[tier.gpu]\nbackend = cuda\nrestore = gpu\n");
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_GPU);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_GPU);
 	/* the key may come before the backend it depends on */
 	expect_ok("[tier.gpu]\nrestore = cpu\nbackend = cuda\n");
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_CPU);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_CPU);
 	expect_ok("[tier.gpu]\nbackend = shm\nrestore = auto\n");
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_AUTO);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_AUTO);
 	expect_ok("[tier.gpu]\nbackend = shm\nrestore = cpu\n");
-	assert_int_equal(conf->gpu_restore, KVFS_CONF_RESTORE_CPU);
+	assert_int_equal(conf->cache.gpu_restore, KVFS_PARAMS_RESTORE_CPU);
 
 	expect_err("[tier.gpu]\nbackend = cuda\nrestore = GPU\n", 3,
 		   "restore = 'GPU': expected auto, gpu or cpu");
@@ -735,21 +735,21 @@ static void test_gpu_restore(void **state)
 static void test_dram_pinned(void **state)
 {
 	kvfs_conf_defaults(conf);
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_AUTO);
 	memset(conf, 0xff, sizeof(*conf));
 	expect_ok("[tier.dram]\ncapacity = 1M\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_AUTO);
 	expect_ok("[tier.dram]\npinned = no\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_NO);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_NO);
 	expect_ok("[tier.dram]\npinned = auto\n[tier.gpu]\nbackend = shm\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_AUTO);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_AUTO);
 	expect_ok("[tier.dram]\npinned = yes\n[tier.gpu]\nbackend = cuda\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_YES);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_YES);
 	/* the device tier may come first */
 	expect_ok("[tier.gpu]\nbackend = cuda\n[tier.dram]\npinned = yes\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_YES);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_YES);
 	expect_ok("[tier.gpu]\nbackend = shm\n[tier.dram]\npinned = no\n");
-	assert_int_equal(conf->dram_pinned, KVFS_CONF_PINNED_NO);
+	assert_int_equal(conf->cache.dram_pinned, KVFS_PARAMS_PINNED_NO);
 
 	expect_err("[tier.dram]\npinned = true\n", 2,
 		   "pinned = 'true': expected auto, yes or no");
@@ -779,10 +779,10 @@ static void test_example_conf(void **state)
 	struct kvfs_conf c;
 
 	assert_int_equal(kvfs_conf_load("kvfs.conf", &c), 0);
-	assert_true(c.n_ns >= 1);
-	assert_int_equal(c.gpu_backend, KVFS_CONF_GPU_SHM);
-	assert_int_equal(c.gpu_restore, KVFS_CONF_RESTORE_AUTO);
-	assert_int_equal(c.dram_pinned, KVFS_CONF_PINNED_AUTO);
+	assert_true(c.cache.n_ns >= 1);
+	assert_int_equal(c.cache.gpu_backend, KVFS_PARAMS_GPU_SHM);
+	assert_int_equal(c.cache.gpu_restore, KVFS_PARAMS_RESTORE_AUTO);
+	assert_int_equal(c.cache.dram_pinned, KVFS_PARAMS_PINNED_AUTO);
 }
 
 int main(void)

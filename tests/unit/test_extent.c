@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "cache/extent.h"
+#include "tier/extent.h"
 #include "meta/log.h"
 
 #define A 4096u

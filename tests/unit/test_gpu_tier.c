@@ -39,8 +39,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "cache/tier.h"
-#include "fs/kvfs_ctl.h"
+#include "tier/tier.h"
+#include "meta/kvfs_ctl.h"
 #include "gpu/gpu.h"
 #include "meta/log.h"
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "gpu/hsched.h"
+#include "hcache/hsched.h"
 
 static struct kvfs_hsched_profile prof(double ioh, double iokv, double ch,
 				       double ctok)

@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "fs/libkvfs.h"
+#include "client/libkvfs.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 

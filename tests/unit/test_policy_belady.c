@@ -17,8 +17,8 @@
 
 #include "cache/policy.h"
 #include "cache/policy_i.h"
-#include "cache/sim.h"
-#include "cache/trace.h"
+#include "sim/sim.h"
+#include "sim/trace.h"
 
 #define GPU KVFS_TIER_GPU
 

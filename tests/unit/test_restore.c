@@ -34,8 +34,8 @@
 #include <cmocka.h>
 
 #include "cache/cache.h"
-#include "cache/tier.h"
-#include "gpu/restore.h"
+#include "tier/tier.h"
+#include "hcache/restore.h"
 #include "meta/log.h"
 #include "meta/util.h"
 #include "tests/unit/ckpt_ref_i.h"

@@ -41,7 +41,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "gpu/restore.h"
+#include "hcache/restore.h"
 #include "gpu/restore_cuda.h"
 #include "meta/log.h"
 #include "tests/unit/ckpt_ref_i.h"

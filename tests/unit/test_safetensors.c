@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "gpu/safetensors.h"
+#include "hcache/safetensors.h"
 #include "meta/log.h"
 
 static char dir[64];

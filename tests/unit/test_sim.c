@@ -17,8 +17,8 @@
 #include <cmocka.h>
 
 #include "cache/policy.h"
-#include "cache/sim.h"
-#include "cache/trace.h"
+#include "sim/sim.h"
+#include "sim/trace.h"
 
 /* Four requests over the tree 1-2-3, 1-2-4, 5 (512-token blocks). */
 static const char small_trace[] =

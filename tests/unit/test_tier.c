@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "cache/tier.h"
+#include "tier/tier.h"
 #include "meta/log.h"
 
 #define PG 4096u

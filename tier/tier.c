@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "cache/tier.h"
+#include "tier/tier.h"
 #include "meta/util.h"
 #include "meta/log.h"
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """kvfs: talk to a mounted kvfs from Python (an engine's KV connector).
 
-A thin binding of libkvfs (fs/libkvfs.h) through ctypes, standard library
+A thin binding of libkvfs (client/libkvfs.h) through ctypes, standard library
 only. It loads ``libkvfs.so`` on first use, from (in order) ``$KVFS_LIB``,
 ``$KVFS_BUILD/lib/libkvfs.so``, ``build/lib/libkvfs.so`` next to this
 source tree, and the system's library path; if none exists every call

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/policy.h"
+#include "tier/tier.h"
 
 /* Profiled per-layer times for one block size (any unit, the same for
  * all; the daemon uses seconds).  io_* are per source tier; the GPU tier's

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu/safetensors.h"
+#include "hcache/safetensors.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

@@ -13,24 +13,35 @@
  *   ssd   extents of a preallocated data file, read and written with
  *         io_uring and O_DIRECT; or, for unit tests, the same allocator
  *         over an in-memory "device" (KVFS_SSD_MEMORY).
- *   gpu   (later) device memory: shm stand-in or CUDA.
+ *   gpu   device memory (gpu/): a shm stand-in or CUDA, behind the same
+ *         base and the device ops of gpu/gpu.h.
  *
  * Locking: alloc/free/stats are thread-safe (each tier has its own lock for
  * its allocator; counters are atomics).  read/write/map on distinct extents
  * may run concurrently from any threads; the caller guarantees that an
  * extent is not freed while an I/O on it is in flight.
  */
-#ifndef KVFS_CACHE_TIER_H
-#define KVFS_CACHE_TIER_H
+#ifndef KVFS_TIER_TIER_H
+#define KVFS_TIER_TIER_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/uio.h>
 
-#include "cache/extent.h"
-#include "cache/policy.h"
+#include "tier/extent.h"
+
+/* Which tier: the index of a tier in the engine's tier array, and the
+ * tier a policy decision names.
+ */
+enum kvfs_tier_id {
+	KVFS_TIER_GPU = 0,
+	KVFS_TIER_DRAM = 1,
+	KVFS_TIER_SSD = 2,
+	KVFS_NTIERS = 3,
+};
 
 struct kvfs_extent {
 	uint64_t off;  /* tier-relative offset (ssd: byte offset in file) */
@@ -244,5 +255,36 @@ void kvfs_tier_free(struct kvfs_tier *t);
 const char *kvfs_tier_name(int id);
 /* Parse a tier name. Returns the id or -EINVAL. */
 int kvfs_tier_parse(const char *name);
+
+/* Helpers for tier backends (tier/ and the device tiers of gpu/). */
+/* Whether [off, off + len) lies inside @e, without overflowing. */
+static inline int kvfs_tier_in_extent(const struct kvfs_extent *e,
+				      uint64_t off, uint64_t len)
+{
+	return off <= e->len && len <= e->len - off;
+}
+
+/*
+ * Reserve @len bytes of @t->capacity in @t->used without a lock.
+ * 0 or -ENOSPC.
+ */
+static inline int kvfs_tier_reserve(struct kvfs_tier *t, uint64_t len)
+{
+	uint64_t cur = atomic_load(&t->used);
+
+	do {
+		if (len > t->capacity || cur > t->capacity - len)
+			return -ENOSPC;
+	} while (!atomic_compare_exchange_weak(&t->used, &cur, cur + len));
+	return 0;
+}
+
+static inline void kvfs_tier_count(atomic_uint_least64_t *ops,
+				   atomic_uint_least64_t *bytes,
+				   uint64_t nops, uint64_t nbytes)
+{
+	atomic_fetch_add_explicit(ops, nops, memory_order_relaxed);
+	atomic_fetch_add_explicit(bytes, nbytes, memory_order_relaxed);
+}
 
 #endif

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu/restore.h"
-#include "gpu/safetensors.h"
+#include "hcache/restore.h"
+#include "hcache/safetensors.h"
 #include "meta/log.h"
 
 /* Positions are turned into doubles for the RoPE angle; above 2^53 two

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libkvfs: requests to MNT/.kvfs/ctl, key chains, shm peers and sync
- * words. The contract is in fs/libkvfs.h; the wire format in
+ * words. The contract is in client/libkvfs.h; the wire format in
  * fs/kvfs_ctl.h.
  *
  * Every response is checked before anything in it is trusted: a daemon
@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/libkvfs.h"
+#include "client/libkvfs.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

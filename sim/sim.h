@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "cache/policy.h"
-#include "cache/trace.h"
+#include "sim/trace.h"
 
 /* Time-to-first-token model; kvfs_sim_model_default() documents defaults. */
 struct kvfs_sim_model {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cache/policy.h"
-#include "cache/sim.h"
+#include "sim/sim.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/libkvfs.h"
+#include "client/libkvfs.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 #include "meta/util.h"

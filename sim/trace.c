@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/trace.h"
+#include "sim/trace.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

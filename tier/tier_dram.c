@@ -27,8 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "cache/tier.h"
-#include "cache/tier_i.h"
+#include "tier/tier.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

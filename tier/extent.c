@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/extent.h"
+#include "tier/extent.h"
 #include "meta/log.h"
 
 #define EXTENT_MIN_CAP 16

@@ -32,9 +32,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "cache/extent.h"
-#include "cache/tier.h"
-#include "cache/tier_i.h"
+#include "tier/extent.h"
+#include "tier/tier.h"
 #include "meta/guard.h"
 #include "meta/log.h"
 #include "meta/util.h"

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "gpu/hsched.h"
+#include "hcache/hsched.h"
 #include "meta/log.h"
 
 static bool time_ok(double t)

@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "fs/kvfs_ctl.h"
+#include "meta/kvfs_ctl.h"
 #include "meta/fmt.h"
 
 /* Bumped when a struct below changes layout (the Python module checks). */

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "cache/policy.h"
-#include "cache/sim.h"
-#include "cache/trace.h"
+#include "sim/sim.h"
+#include "sim/trace.h"
 #include "meta/log.h"
 
 #define MAX_POLICIES 16
