@@ -178,7 +178,7 @@ class _ClientReq(ctypes.Structure):
                 ("parent", ctypes.c_void_p), ("max_blocks", _u32)]
 
 
-# sizes the C header fixes (fs/kvfs_ctl.h _Static_asserts)
+# sizes the C header fixes (meta/kvfs_ctl.h _Static_asserts)
 _CTL_SIZES = {CtlMem: 144, CtlSync: 72, CtlBlock: 48, CtlStats: 128,
               CtlResp: 352}
 # struct -> enum kvfs_client_struct, checked against the loaded library

@@ -2,7 +2,7 @@
 /*
  * libkvfs: requests to MNT/.kvfs/ctl, key chains, shm peers and sync
  * words. The contract is in client/libkvfs.h; the wire format in
- * fs/kvfs_ctl.h.
+ * meta/kvfs_ctl.h.
  *
  * Every response is checked before anything in it is trusted: a daemon
  * bug (or a foreign file at .kvfs/ctl) must give the engine -EPROTO, not

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libkvfs: the client library an inference engine links to use a mounted
- * kvfs through its control file MNT/.kvfs/ctl (fs/kvfs_ctl.h is the ABI).
+ * kvfs through its control file MNT/.kvfs/ctl (meta/kvfs_ctl.h is the ABI).
  *
  * What it gives an engine:
  *  - key chains: the root key of a namespace and the block keys of a token
@@ -38,8 +38,8 @@
  * reclaims a lease past its time limit). Pool pointers stay mapped until
  * kvfs_client_close(); their bytes are only stable while leased.
  */
-#ifndef KVFS_FS_LIBKVFS_H
-#define KVFS_FS_LIBKVFS_H
+#ifndef KVFS_CLIENT_LIBKVFS_H
+#define KVFS_CLIENT_LIBKVFS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -34,8 +34,8 @@
  *
  * Pure functions; thread-safe.
  */
-#ifndef KVFS_GPU_HSCHED_H
-#define KVFS_GPU_HSCHED_H
+#ifndef KVFS_HCACHE_HSCHED_H
+#define KVFS_HCACHE_HSCHED_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -29,8 +29,8 @@
  * run from any number of threads at once.  kvfs_st_free() must not race
  * with them.
  */
-#ifndef KVFS_GPU_SAFETENSORS_H
-#define KVFS_GPU_SAFETENSORS_H
+#ifndef KVFS_HCACHE_SAFETENSORS_H
+#define KVFS_HCACHE_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -29,8 +29,8 @@
  *
  * Not thread-safe: one simulation per struct kvfs_sim at a time.
  */
-#ifndef KVFS_CACHE_SIM_H
-#define KVFS_CACHE_SIM_H
+#ifndef KVFS_SIM_SIM_H
+#define KVFS_SIM_SIM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -19,8 +19,8 @@
  *
  * Not thread-safe; a trace is owned by one caller.
  */
-#ifndef KVFS_CACHE_TRACE_H
-#define KVFS_CACHE_TRACE_H
+#ifndef KVFS_SIM_TRACE_H
+#define KVFS_SIM_TRACE_H
 
 #include <stddef.h>
 #include <stdint.h>

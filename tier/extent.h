@@ -6,8 +6,8 @@
  *
  * Locking: none inside; the owning tier serialises calls with its lock.
  */
-#ifndef KVFS_CACHE_EXTENT_H
-#define KVFS_CACHE_EXTENT_H
+#ifndef KVFS_TIER_EXTENT_H
+#define KVFS_TIER_EXTENT_H
 
 #include <stdint.h>
 #include <stddef.h>

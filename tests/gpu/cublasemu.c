@@ -8,7 +8,7 @@
  * as cuBLAS is, queued on the handle's stream through
  * kvfs_cudaemu_enqueue() so that they run in stream order at the next
  * synchronisation point.  kvfs_cudaemu_* and the element converters of
- * gpu/restore.h come from the executable (linked with -rdynamic).
+ * hcache/restore.h come from the executable (linked with -rdynamic).
  *
  * Strict where cuBLAS is: leading dimensions, operations and sizes are
  * checked as cuBLAS checks them (CUBLAS_STATUS_INVALID_VALUE).  Stricter

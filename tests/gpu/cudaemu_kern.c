@@ -15,7 +15,7 @@
  * runs at the stream's next synchronisation point.
  *
  * The math is restore_cuda_i.h's, written from its comments and the CPU
- * path's rules, with gpu/restore.h's converters: it says nothing about
+ * path's rules, with hcache/restore.h's converters: it says nothing about
  * whether restore_kern.cu computes the same (docs/operations.md).
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Drives .kvfs/ctl of a live mount through the raw ABI (fs/kvfs_ctl.h).
+ * Drives .kvfs/ctl of a live mount through the raw ABI (meta/kvfs_ctl.h).
  * Run by test_ctl.sh, which mounts kvfs with KVFS_MNT and KVFS_NS set; the
  * namespace geometry is read from the mount.  The device tier is shm, or
  * cuda with KVFS_TEST_GPU=cuda: then the pool is read through its IPC

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A seeded fuzzer for a live kvfs mount: malformed .kvfs/ctl requests over
- * both transports (fs/kvfs_ctl.h), xattrs on every kind of inode, mutated
+ * both transports (meta/kvfs_ctl.h), xattrs on every kind of inode, mutated
  * block files and namespace operations.  Run by test_fuzz.sh.
  *
  * Every decision comes from a generator seeded by (seed, target,
@@ -767,7 +767,7 @@ static bool is_chunk_op(uint16_t op)
 
 /*
  * A well-formed request of @op (every rule of check_req()'s contract in
- * fs/kvfs_ctl.h holds), with fields drawn from real keys, our shm objects
+ * meta/kvfs_ctl.h holds), with fields drawn from real keys, our shm objects
  * and boundary values. @cap bounds its size.
  */
 static void build_req(struct rng *r, struct rq *q, uint16_t op, size_t cap)
@@ -1242,7 +1242,7 @@ static void check_data(const struct rq *q, const struct kvfs_ctl_resp *rs,
 			fz_fail("LOOKUP of a seeded chain of %u: error %d, "
 				"%u cached", q->nk, rs->error, rs->n_cached);
 	}
-	/* The word must lie in the object (fs/kvfs_ctl.h): a copy that
+	/* The word must lie in the object (meta/kvfs_ctl.h): a copy that
 	 * goes ahead signals it, wherever the offset points.
 	 */
 	if (q->sync_outside && !rs->error &&

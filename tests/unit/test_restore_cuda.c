@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Hidden-state restoration on the GPU (gpu/restore_cuda.h) against the
- * CPU path (gpu/restore.h) and the tests' double-precision reference
+ * CPU path (hcache/restore.h) and the tests' double-precision reference
  * (ckpt_ref_i.h), on the same tiny checkpoints as test_restore.
  *
  * The GPU tests run only with KVFS_TEST_GPU=cuda (`make test-gpu`, on a

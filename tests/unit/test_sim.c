@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Unit tests for the simulator (cache/sim.c) and its trace reader and
- * generators (cache/trace.c).  Self-contained: every trace is built here.
+ * Unit tests for the simulator (sim/sim.c) and its trace reader and
+ * generators (sim/trace.c).  Self-contained: every trace is built here.
  */
 #include <errno.h>
 #include <setjmp.h>
