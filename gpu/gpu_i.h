@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers shared by the device tier backends (gpu/tier_*.c and gpu/gpu.c
+ * Helpers shared by the device tier backends (gpu/tier_*.c, gpu/gpu.c and gpu/gpu_check.c
  * only): the pool allocator, the checks every copy goes through before
  * anything moves, and the ops tables kvfs_gpu_ops_of() recognises.
  */
