@@ -25,7 +25,8 @@ WERROR ?= 0
 # Debian packages the build, the tests and the demo need.
 DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
-	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc
+	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
+	python3
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \

@@ -43,6 +43,23 @@ run_unit() {
 	done
 }
 
+# The shape of the source tree (tests/house.py): layers, private headers,
+# file sizes, helpers kept once, calls in one direction.
+run_house() {
+	local out p f
+	out=$(/usr/bin/python3 tests/house.py "$BUILD" 2>&1)
+	p=$(grep -c '^ok - ' <<<"$out")
+	f=$(grep -c '^not ok - ' <<<"$out")
+	grep -q '^house: [0-9]* passed, [0-9]* failed$' <<<"$out" || f=$((f + 1))
+	if [ "$f" -ne 0 ]; then
+		printf '%s\n' "$out" | grep -v '^ok - '
+		failed+=(house)
+	fi
+	pass=$((pass + p))
+	fail=$((fail + f))
+	printf '%-28s %3d passed, %d failed\n' house "$p" "$f"
+}
+
 run_integration() {
 	local t out p f
 	for t in tests/integration/test_*.sh; do
@@ -65,9 +82,9 @@ run_integration() {
 }
 
 case $what in
-unit) run_unit ;;
+unit) run_unit; run_house ;;
 integration) run_integration ;;
-*) run_unit; run_integration ;;
+*) run_unit; run_house; run_integration ;;
 esac
 
 if [ "${#failed[@]}" -gt 0 ]; then
