@@ -25,6 +25,11 @@ int kvfs_log_open(const char *path);
 /* Back to stderr, closing a file opened by kvfs_log_open(). */
 void kvfs_log_close(void);
 
+/*
+ * One log line at @level (dropped below the level set): a timestamp, the
+ * level and the formatted text. Thread-safe: a line is written with one
+ * call, so lines of several threads never interleave.
+ */
 void kvfs_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -82,6 +82,9 @@ static inline int kvfs_util_hexval(char c)
 	return -1;
 }
 
+/* @v rounded up to a multiple of @a (> 0); the caller keeps it from
+ * overflowing.
+ */
 static inline uint64_t kvfs_util_align_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;

@@ -101,6 +101,7 @@ void kvfs_sim_model_default(struct kvfs_sim_model *m);
  * Returns 0, -EINVAL (a trace with no block size) or -ENOMEM.
  */
 int kvfs_sim_new(const struct kvfs_trace *t, struct kvfs_sim **out);
+/* Free what kvfs_sim_new() built; NULL is a no-op. */
 void kvfs_sim_free(struct kvfs_sim *s);
 /* Distinct blocks (tree nodes) of the trace. */
 uint64_t kvfs_sim_unique_blocks(const struct kvfs_sim *s);

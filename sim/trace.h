@@ -108,6 +108,7 @@ struct kvfs_trace_gen {
 	uint32_t fq_min, fq_max;     /* question tokens: 40..160 */
 };
 
+/* @g gets the defaults in the comments above. */
 void kvfs_trace_gen_defaults(struct kvfs_trace_gen *g);
 /* Build the workload into an empty bailian-format trace @t (type "text",
  * turn 1, parent -1). 0, -EINVAL (bad knobs) or -ENOMEM.

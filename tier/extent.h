@@ -35,6 +35,7 @@ struct kvfs_extent_map {
  */
 int kvfs_extent_init(struct kvfs_extent_map *m, uint64_t base, uint64_t size,
 		     uint64_t align);
+/* Free @m's ranges; @m may be zeroed or already released. */
 void kvfs_extent_release(struct kvfs_extent_map *m);
 /* Allocate @len (rounded up to align), first fit (lowest offset).
  * 0 and *off, or -ENOSPC/-ENOMEM (the slot its free will need could not

@@ -179,6 +179,7 @@ struct kvfs_tier_pool {
 /* Manage [@base, @base + @size) in @align units. 0, -EINVAL or -ENOMEM. */
 int kvfs_tier_pool_init(struct kvfs_tier_pool *p, uint64_t base,
 			uint64_t size, uint64_t align);
+/* Free the map and destroy the lock; no allocation may be in use. */
 void kvfs_tier_pool_release(struct kvfs_tier_pool *p);
 /*
  * The ops alloc/free/claim of a tier over @p, keeping @t->used. alloc
@@ -279,6 +280,11 @@ static inline int kvfs_tier_reserve(struct kvfs_tier *t, uint64_t len)
 	return 0;
 }
 
+/*
+ * Count @nops operations of @nbytes bytes in a tier's counters @ops and
+ * @bytes: relaxed atomics, since the counters are only ever summed for
+ * stats. Any thread, no lock.
+ */
 static inline void kvfs_tier_count(atomic_uint_least64_t *ops,
 				   atomic_uint_least64_t *bytes,
 				   uint64_t nops, uint64_t nbytes)
