@@ -873,15 +873,18 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	/* Per-chunk checksums, while the image is at hand: sparse reads
 	 * from the SSD verify each chunk with them.
 	 */
-	b->ccrc = kvfs_chunk_ncrcs(b) ?
-			  malloc(kvfs_chunk_ncrcs(b) * sizeof(*b->ccrc)) :
-			  NULL;
-	if (kvfs_chunk_ncrcs(b) && !b->ccrc) {
+	b->ccrc =
+		kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) ?
+			malloc(kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) *
+			       sizeof(*b->ccrc)) :
+			NULL;
+	if (kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) && !b->ccrc) {
 		rc = -ENOMEM;
 		goto out_free_block;
 	}
 	if (b->ccrc)
-		kvfs_chunk_crcs(b, ext.ptr, b->ccrc);
+		kvfs_fmt_chunk_crcs(&b->ns->geom, b->n_tokens, b->kv_from,
+				    ext.ptr, b->ccrc);
 
 	/* One reference for the index, one for the caller. */
 	atomic_store(&b->refs, 2);

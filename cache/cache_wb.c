@@ -597,8 +597,10 @@ int kvfs_wb_pass(struct kvfs_cache *c)
 			pthread_mutex_unlock(&b->lock);
 			rc = kvfs_meta_blk_put(t, b->pn.key, &r);
 			if (!rc && b->ccrc)
-				rc = kvfs_meta_ccrc_put(t, b->pn.key, b->ccrc,
-							kvfs_chunk_ncrcs(b));
+				rc = kvfs_meta_ccrc_put(
+					t, b->pn.key, b->ccrc,
+					kvfs_fmt_chunk_ncrcs(&b->ns->geom,
+							     b->n_tokens));
 			if (!rc)
 				rc = kvfs_meta_free_take(t, it[i].ext.off,
 							 it[i].ext.len);

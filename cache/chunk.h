@@ -13,7 +13,8 @@
  * rounded out to 4 KiB.
  *
  * Every piece read from the SSD is verified against its own CRC-32C
- * (computed at commit, stored in LMDB with the block record): a sparse read
+ * (computed at commit by kvfs_fmt_chunk_crcs(), meta/fmt.h; stored in
+ * LMDB with the block record): a sparse read
  * cannot use the block's payload CRC, and torn bytes are never served. A
  * block stored without them (before they existed) is read whole once and
  * checked by its block CRC; its table is rebuilt then and stored by the
@@ -211,19 +212,6 @@ int kvfs_chunk_flush(struct kvfs_cache *c);
  * then never cached.
  */
 void kvfs_chunk_forget(struct kvfs_cache *c, struct kvfs_block *b);
-
-/*
- * kvfs_chunk_crcs() - the per-piece CRC-32C table of @b's stored image @img
- * (b->ssize bytes; any kind): n_layers * n_chunks values, layer-major, each
- * over the stored piece kvfs_fmt_piece_range(b->kv_from) names: hidden-state
- * rows below b->kv_from, K and V from it on. @out must hold that many.
- * b->ns, n_tokens, kind and kv_from must be set. The write-back stores it
- * with the block record.
- */
-void kvfs_chunk_crcs(const struct kvfs_block *b, const void *img,
-		     uint32_t *out);
-/* Number of CRCs kvfs_chunk_crcs() writes for @b. */
-size_t kvfs_chunk_ncrcs(const struct kvfs_block *b);
 
 /* Introspection for tests and stats. Counters are since start;
  * evictions are pieces dropped from memory, demotions pieces moved from

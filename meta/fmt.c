@@ -456,6 +456,38 @@ int kvfs_fmt_chunk_range(const struct kvfs_geom *g, uint32_t n_tokens,
 	return kvfs_fmt_piece_range(g, n_tokens, 0, layer, chunk, off, len);
 }
 
+size_t kvfs_fmt_chunk_ncrcs(const struct kvfs_geom *g, uint32_t n_tokens)
+{
+	uint32_t c = g->chunk_tokens;
+
+	return c ? (size_t)g->n_layers * ((n_tokens + c - 1) / c) : 0;
+}
+
+/* The table covers the stored pieces, whatever the split: hidden-state
+ * rows below @kv_from, K and V from it on. Those are the bytes the SSD
+ * holds, so every piece read from it can be checked before use.
+ */
+void kvfs_fmt_chunk_crcs(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, const void *img, uint32_t *out)
+{
+	uint32_t c = g->chunk_tokens;
+	uint32_t nc = c ? (n_tokens + c - 1) / c : 0;
+	uint64_t off, len;
+
+	for (uint32_t l = 0; l < g->n_layers; l++)
+		for (uint32_t j = 0; j < nc; j++) {
+			size_t k = (size_t)l * nc + j;
+
+			if (kvfs_fmt_piece_range(g, n_tokens, kv_from, l, j,
+						 &off, &len)) {
+				out[k] = 0;
+				continue;
+			}
+			out[k] = kvfs_fmt_crc32c(0, (const uint8_t *)img + off,
+						 (size_t)len);
+		}
+}
+
 static bool all_zero(const uint8_t *p, uint64_t len)
 {
 	/* The first byte is zero and every byte equals its successor. */

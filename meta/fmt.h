@@ -185,6 +185,33 @@ int kvfs_fmt_piece_range(const struct kvfs_geom *g, uint32_t n_tokens,
 			 uint32_t kv_from, uint32_t layer, uint32_t chunk,
 			 uint64_t *off, uint64_t *len);
 
+/*
+ * The per-piece CRC layout: chunk-granular reads check each (layer,
+ * chunk) piece they read against its own CRC-32C, since a sparse read
+ * cannot use the payload CRC.
+ */
+
+/* Number of CRCs kvfs_fmt_chunk_crcs() writes for a block of @n_tokens
+ * under @g: n_layers * ceil(n_tokens / chunk_tokens), 0 when
+ * g->chunk_tokens is 0. Pure; no error.
+ */
+size_t kvfs_fmt_chunk_ncrcs(const struct kvfs_geom *g, uint32_t n_tokens);
+/*
+ * kvfs_fmt_chunk_crcs() - the per-piece CRC-32C table of a stored image.
+ * @g, @n_tokens: the block's geometry and tokens.
+ * @kv_from:      its split (kvfs_fmt_hdr_kv_from(): 0 for KV, n_layers
+ *                for HIDDEN): layers below it hold hidden-state rows.
+ * @img:          the whole stored image, kvfs_fmt_split_file_size(@g,
+ *                @n_tokens, @kv_from) bytes.
+ * @out:          room for kvfs_fmt_chunk_ncrcs(@g, @n_tokens) values.
+ *
+ * Writes them layer-major, each over the stored piece
+ * kvfs_fmt_piece_range(@kv_from) names (0 for one it refuses). Pure,
+ * thread-safe; no error.
+ */
+void kvfs_fmt_chunk_crcs(const struct kvfs_geom *g, uint32_t n_tokens,
+			 uint32_t kv_from, const void *img, uint32_t *out);
+
 /* Options for kvfs_fmt_validate(). */
 enum kvfs_fmt_vflags {
 	/* Accept kind HIDDEN (only once hidden-state restoration exists). */
