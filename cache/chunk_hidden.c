@@ -27,7 +27,7 @@ void kvfs_chunk_prj_release(struct cprj *pj)
 /*
  * K and V of piece (@layer, @chunk) of @b, from that chunk's hidden-state
  * rows @x, into @out (one chunk in the KV layout, padding rows zeroed):
- * the restoration of the whole block (gpu/restore.h) for those rows only,
+ * the restoration of the whole block (hcache/restore.h) for those rows only,
  * at their own positions. @out is the daemon's memory, never a client's.
  * 0, -ENOMEM or -EIO (logged).
  */
