@@ -54,8 +54,8 @@ struct spec_job {
 	size_t nv;
 	struct kvfs_chunk_piece *p;
 	size_t n;
-	struct kvfs_ctl_spec_token
-		*tok; /* a reference; NULL: cannot be called off */
+	/* A reference; NULL: cannot be called off. */
+	struct kvfs_ctl_spec_token *tok;
 };
 
 static void *spec_main(void *arg)
