@@ -390,7 +390,6 @@ enum kvfs_gpu_load_flags {
 int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **b, size_t n,
 		  unsigned flags);
 int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b);
-void kvfs_ctl_reclaim(struct kvfs_cache *c);
 uint64_t kvfs_block_payload_off(const struct kvfs_block *b);
 
 /* Detached background jobs (prefetch, speculative chunk loads) count

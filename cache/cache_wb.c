@@ -16,6 +16,7 @@
 
 #include "cache/cache_i.h"
 #include "cache/chunk.h"
+#include "cache/ctl.h"
 #include "meta/log.h"
 #include "meta/util.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The engine side of .kvfs/ctl (ABI in fs/kvfs_ctl.h): one session per open
+ * The engine side of .kvfs/ctl (ABI in meta/kvfs_ctl.h): one session per open
  * descriptor, holding its leases. fs/ turns transports (ioctl, write then
  * read) into kvfs_ctl_exec() calls.
  *
@@ -46,5 +46,15 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
  * or dies has its leases back before close() or exit completes.
  */
 void kvfs_ctl_flush(struct kvfs_ctl_session *s, int pid);
+
+/*
+ * kvfs_ctl_reclaim() - take back every lease held longer than
+ * c->conf.lease_ms (each logged, and counted in ctl.leases_reclaimed), so
+ * that an engine that hangs cannot pin the cache forever. Pool regions
+ * are not reclaimed.
+ * The mover thread calls it. Locking: takes c->ctl_lock, then each
+ * session's lock in turn; the caller holds neither.
+ */
+void kvfs_ctl_reclaim(struct kvfs_cache *c);
 
 #endif
