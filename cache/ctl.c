@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cache/cache_i.h"
+#include "cache/rpool_i.h"
 #include "cache/chunk.h"
 #include "cache/ctl.h"
 #include "meta/kvfs_ctl.h"
