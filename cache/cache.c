@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
+#include "cache/rpool_i.h"
 #include "cache/chunk.h"
 #include "meta/log.h"
 #include "meta/util.h"
@@ -764,7 +765,7 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	kvfs_fmt_key_hex(p->key, hex);
 	pthread_mutex_lock(&p->lock);
 	if (p->size >= KVFS_FMT_HDR_SIZE &&
-	    kvfs_img_kind(p->buf) == KVFS_KIND_HIDDEN && !hc->rst) {
+	    kvfs_fmt_img_kind(p->buf) == KVFS_KIND_HIDDEN && !hc->rst) {
 		pthread_mutex_unlock(&p->lock);
 		kvfs_warn("ns %s: block %s.kv rejected: a HIDDEN-kind block "
 			  "needs a namespace with weights (hidden-state "
@@ -1157,7 +1158,7 @@ static uint8_t *dram_servable(struct kvfs_block *b)
 	atomic_fetch_add(&b->readers, 1);
 	base = atomic_load(&b->dram_ptr);
 	if (base && (!kvfs_block_needs_restore(b) ||
-		     kvfs_img_kind(base) == KVFS_KIND_KV))
+		     kvfs_fmt_img_kind(base) == KVFS_KIND_KV))
 		return base;
 	atomic_fetch_sub(&b->readers, 1);
 	return NULL;

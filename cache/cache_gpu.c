@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
+#include "cache/rpool_i.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -102,7 +103,7 @@ static int gpu_demote(struct kvfs_cache *c, struct kvfs_block *b)
 			 * memory now, so its CRC can be summed.
 			 */
 			if (nocrc)
-				kvfs_img_seal(dx.ptr, b->size);
+				kvfs_fmt_img_seal(dx.ptr, b->size);
 			/* Not for a block deleted meanwhile. */
 			if (kvfs_block_publish_dram(c, b, &dx))
 				c->tier[KVFS_TIER_DRAM]->ops->free(

@@ -105,7 +105,7 @@ enum kvfs_bflag {
 	/* The pool copy was restored on the GPU: its header's payload CRC
 	 * (and so its header CRC) is not filled in; set and cleared with
 	 * b->gpu.  Whoever copies the image out of the pool fills them
-	 * (kvfs_img_seal()).
+	 * (kvfs_fmt_img_seal()).
 	 */
 	KVFS_B_GPU_NOCRC = 1 << 5,
 };
@@ -397,79 +397,6 @@ uint64_t kvfs_block_payload_off(const struct kvfs_block *b);
  */
 void kvfs_bg_begin(struct kvfs_cache *c);
 void kvfs_bg_end(struct kvfs_cache *c);
-
-/* restore_pool.c: hidden-state restoration (docs/hcache.md).
- *
- * kvfs_rpool_start() - load the checkpoint of every namespace whose config
- *   has weights (a bad one refuses the start, naming the tensor), profile
- *   it, start its device restorer (the GPU's profile, when it has one),
- *   plan it with the projection time of whoever restores, decide what
- *   HIDDEN writes are stored as, and start the restoration threads (none
- *   under KVFS_CACHE_NOTHREADS).  Namespaces must be set up and the tiers
- *   open.  0 or -errno (logged).
- * kvfs_rpool_stop() - finish the jobs readers wait for, drop the others,
- *   join the threads.  Later waits restore in the caller's thread.
- * kvfs_rpool_free() - stop, then free the checkpoints.  NULL pool is ok.
- * kvfs_rpool_wait() - for a read of @b (kind HIDDEN or MIXED, held by
- *   an open): submit its restoration or join the one under way, and
- *   wait.  The restoration runs on the namespace's GPU restorer when it
- *   has one, on the CPU when not or when the GPU fails (logged,
- *   restore.gpu_fallbacks).  Returns 0 when the DRAM copy now is (or was) the KV image (the
- *   caller looks again), or 0 with *@priv set to a private KV image
- *   (malloc'd, the reader's to free) when the result could not be kept
- *   in DRAM; -EIO (no weights, logged), -ENOMEM, or the load's error
- *   (-EBADMSG: the SSD copy failed verification).  Takes no engine lock
- *   on entry; must not be called under one.
- * kvfs_rpool_ahead() - submit @b's restoration without waiting (promotion,
- *   PREFETCH); a no-op for other kinds, without threads, or when a job
- *   for @b exists.  May be called under b->io_lock.
- * kvfs_rpool_build() - from a verified stored image @h (@h_len bytes,
- *   kind HIDDEN or MIXED) of @ns, build into @dst (@dst_len >= its size;
- *   the tail is zeroed) the image of split @kv_from (< the source's):
- *   0 gives the KV file a read serves, 0 < kv_from < n_layers the MIXED
- *   image a HIDDEN write is stored as.  Same key, parent, tokens and
- *   start_pos; both CRCs.  @ws may be NULL.  0, -EINVAL, -ENOMEM.
- * kvfs_rpool_stats() - the restoration lines of .kvfs/stats.
- */
-struct kvfs_rpool;
-int kvfs_rpool_start(struct kvfs_cache *c);
-void kvfs_rpool_stop(struct kvfs_cache *c);
-void kvfs_rpool_free(struct kvfs_cache *c);
-int kvfs_rpool_wait(struct kvfs_cache *c, struct kvfs_block *b, void **priv,
-		    uint64_t *priv_len);
-void kvfs_rpool_ahead(struct kvfs_cache *c, struct kvfs_block *b);
-int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
-		     const uint8_t *h, uint64_t h_len, uint32_t kv_from,
-		     uint8_t *dst, uint64_t dst_len);
-void kvfs_rpool_stats(struct kvfs_cache *c, FILE *f);
-/*
- * kvfs_rpool_to_device() - restore @b (kind HIDDEN or MIXED) straight into
- *   pool extent @e (allocated by the caller, at least b->size bytes): the
- *   KV file image a read serves, laid out as kvfs_gpu_load() uploads one,
- *   with no KV image in DRAM.  The stored image comes from the DRAM copy
- *   (held under b->readers) or a private, verified load from the SSD.  On
- *   the GPU (KVFS_HC_DEV_GPU) the header goes in with its payload CRC
- *   unfilled and *@nocrc is set (see KVFS_B_GPU_NOCRC); otherwise the image
- *   is complete.  Returns 0 (counted in restore.blocks and
- *   restore.to_device); 1 when @b should take the usual path (no device
- *   restorer, a restoration job for it under way, which the usual path
- *   joins, or its DRAM copy already the KV image); -ENOENT (deleted),
- *   -EBADMSG (the SSD copy fails verification, logged), or another -errno
- *   (logged) after which the caller may take the usual path.  Caller holds
- *   c->gpu_load_lock and a reference on @b, no other engine lock.
- * kvfs_img_seal() - fill in the payload CRC and the header CRC of the
- *   @size-byte image @img (its header otherwise complete).
- */
-int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
-			 const struct kvfs_extent *e, bool *nocrc);
-void kvfs_img_seal(uint8_t *img, uint64_t size);
-/* The block-file kind in an image's header. */
-static inline uint16_t kvfs_img_kind(const void *img)
-{
-	const uint8_t *p = img;
-
-	return (uint16_t)(p[10] | p[11] << 8);
-}
 
 /* cache_wb.c */
 int kvfs_wb_start(struct kvfs_cache *c);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cache/cache_i.h"
+#include "cache/rpool_i.h"
 #include "tier/extent.h"
 #include "cache/chunk.h"
 #include "cache/ctl.h"

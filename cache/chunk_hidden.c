@@ -78,7 +78,7 @@ bool kvfs_chunk_kv_image(struct kvfs_block *b)
 
 	atomic_fetch_add(&b->readers, 1);
 	base = atomic_load(&b->dram_ptr);
-	kv = base && kvfs_img_kind(base) == KVFS_KIND_KV;
+	kv = base && kvfs_fmt_img_kind(base) == KVFS_KIND_KV;
 	atomic_fetch_sub(&b->readers, 1);
 	return kv;
 }
@@ -106,7 +106,7 @@ int kvfs_chunk_serve_split(struct kvfs_chunk_piece *p, struct cpw *pw,
 	base = atomic_load(&b->dram_ptr);
 	if (!base) {
 		rc = 1;
-	} else if (kvfs_img_kind(base) == KVFS_KIND_KV) {
+	} else if (kvfs_fmt_img_kind(base) == KVFS_KIND_KV) {
 		if (p->dst)
 			rc = kvfs_chunk_copy_out(p->dst, base + pw->off,
 						 (size_t)pw->len, client);

@@ -12,6 +12,7 @@
 
 #include "cache/chunk.h"
 #include "cache/ctl_i.h"
+#include "cache/rpool_i.h"
 #include "meta/fmt.h"
 #include "meta/util.h"
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "gpu/restore_cuda.h"
+#include "meta/fmt.h"
 #include "meta/log.h"
 
 /* The kernels need nvcc as well as the runtime headers (Makefile). */
@@ -73,7 +74,7 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 }
 
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
-			    const struct kvfs_restore_cuda_io *io)
+			    const struct kvfs_restore_io *io)
 {
 	return no_cuda();
 }
@@ -97,6 +98,8 @@ int kvfs_restore_cuda_profile(struct kvfs_restore_cuda *rc,
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#define KVFS_CUDA_WHO "restore cuda"
+#include "gpu/cuda_i.h"
 #include "gpu/restore_cuda_i.h"
 
 _Static_assert((int)KVFS_RC_F16 == (int)KVFS_DTYPE_F16 &&
@@ -224,22 +227,6 @@ static int blas_fail(cublasStatus_t s, const char *call)
 		s_ == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(s_, #call); \
 	})
 
-/* ------------------------------------------------------------ CUDA */
-
-static int cuda_fail(cudaError_t e, const char *call)
-{
-	kvfs_err("restore cuda: %s: %s (%s)", call, cudaGetErrorString(e),
-		 cudaGetErrorName(e));
-	(void)cudaGetLastError();
-	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
-}
-
-#define CUDA_TRY(call)                                              \
-	({                                                          \
-		cudaError_t e_ = (call);                            \
-		e_ == cudaSuccess ? 0 : cuda_fail(e_, #call);       \
-	})
-
 /* One layer on the device. */
 struct rc_layer {
 	void *wkv;      /* [2 * kv_dim][hidden]: W_k rows, then W_v; f32/bf16 */
@@ -277,21 +264,6 @@ struct kvfs_restore_cuda {
 	uint64_t tab_pos;
 	uint32_t tab_n;
 };
-
-static size_t dtype_size(uint16_t dt)
-{
-	switch (dt) {
-	case KVFS_DTYPE_F16:
-	case KVFS_DTYPE_BF16:
-		return 2;
-	case KVFS_DTYPE_F32:
-		return 4;
-	case KVFS_DTYPE_F8_E4M3:
-		return 1;
-	default:
-		return 0;
-	}
-}
 
 static int dev_grow(struct rc_buf *b, size_t need)
 {
@@ -688,7 +660,8 @@ static int finish_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 /* Size the workspace for @q; only what its buffer placement needs. */
 static int ws_prepare(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 {
-	size_t xb = (size_t)q->n * rc->m.hidden_size * dtype_size(q->xdt);
+	size_t xb = (size_t)q->n * rc->m.hidden_size *
+		    kvfs_fmt_dtype_size(q->xdt);
 	size_t xn = (size_t)q->n * rc->m.hidden_size *
 		    ((rc->flags & KVFS_RESTORE_CUDA_BF16) ? 2 : 4);
 	size_t proj = (size_t)q->n * 2 * rc->kv_dim * sizeof(float);
@@ -736,7 +709,8 @@ static int ws_prepare(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 static int stage_in(struct kvfs_restore_cuda *rc, const struct rc_req *q,
 		    uint32_t k, int b)
 {
-	size_t xb = (size_t)q->n * rc->m.hidden_size * dtype_size(q->xdt);
+	size_t xb = (size_t)q->n * rc->m.hidden_size *
+		    kvfs_fmt_dtype_size(q->xdt);
 	const uint8_t *src = q->x + (uint64_t)k * q->hl;
 	int ret;
 
@@ -921,18 +895,18 @@ static int submit(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 {
 	uint64_t xlen = (uint64_t)(q->count - 1) * q->hl +
 			(uint64_t)q->n * rc->m.hidden_size *
-				dtype_size(q->xdt);
+				kvfs_fmt_dtype_size(q->xdt);
 	uint64_t klen = (uint64_t)q->count * q->kl;
 	int ret;
 
 	pthread_mutex_lock(&rc->lock);
 	ret = CUDA_TRY(cudaSetDevice(rc->device));
 	if (!ret && (q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)))
-		ret = where_check(rc, q->x, xlen, dtype_size(q->xdt),
+		ret = where_check(rc, q->x, xlen, kvfs_fmt_dtype_size(q->xdt),
 				  q->flags & KVFS_RC_HIDDEN_DEVICE,
 				  "hidden payload");
 	if (!ret && (q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)))
-		ret = where_check(rc, q->kv, klen, dtype_size(q->kdt),
+		ret = where_check(rc, q->kv, klen, kvfs_fmt_dtype_size(q->kdt),
 				  q->flags & KVFS_RC_KV_DEVICE, "KV payload");
 	if (!ret)
 		ret = run(rc, q);
@@ -977,7 +951,7 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 }
 
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
-			    const struct kvfs_restore_cuda_io *io)
+			    const struct kvfs_restore_io *io)
 {
 	uint64_t hl, kl, count;
 	uint32_t nl;

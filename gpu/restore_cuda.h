@@ -56,14 +56,6 @@ enum kvfs_restore_cuda_flags {
 	KVFS_RESTORE_CUDA_BF16 = 1 << 0,
 };
 
-/* Where the buffers of a request live (kvfs_restore_cuda_io.flags). */
-enum kvfs_restore_cuda_io_flags {
-	KVFS_RC_HIDDEN_DEVICE = 1 << 0, /* hidden: device memory */
-	KVFS_RC_HIDDEN_PINNED = 1 << 1, /* hidden: page-locked host memory */
-	KVFS_RC_KV_DEVICE = 1 << 2,     /* kv: device memory */
-	KVFS_RC_KV_PINNED = 1 << 3,     /* kv: page-locked host memory */
-};
-
 struct kvfs_restore_cuda;
 
 /*
@@ -118,7 +110,8 @@ int kvfs_restore_cuda_device(const struct kvfs_restore_cuda *rc);
  *          (kvfs_restore_hidden_layer_bytes() bytes; only the first
  *          n_tokens rows are read).
  * @kv:     that layer's slice of the KV payload, every byte written.
- * @flags:  enum kvfs_restore_cuda_io_flags, saying where @x and @kv are.
+ * @flags:  enum kvfs_restore_io_flags (hcache/restore.h), saying where
+ *          @x and @kv are.
  *          A device pointer must be on the handle's device.
  * Other arguments as kvfs_restore_layer().  Complete on return.
  *
@@ -132,37 +125,20 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 			    uint32_t chunk_tokens, void *kv, uint16_t kv_dtype,
 			    unsigned flags);
 
-/* A whole-payload request; the fields of struct kvfs_restore_io, plus
- * where the buffers live.
- */
-struct kvfs_restore_cuda_io {
-	const void *hidden;     /* HIDDEN payload, all n_layers */
-	uint64_t hidden_len;    /* exactly n_layers * hidden layer bytes */
-	uint16_t hidden_dtype;
-	void *kv;               /* KV payload, all n_layers */
-	uint64_t kv_len;        /* exactly n_layers * kv layer bytes */
-	uint16_t kv_dtype;
-	uint64_t start_pos;
-	uint32_t n_tokens;
-	uint32_t chunk_tokens;
-	uint32_t first_layer;   /* restore layers [first_layer, */
-	uint32_t n_layers;      /*  first_layer + n_layers); 0 = to the end */
-	unsigned flags;         /* enum kvfs_restore_cuda_io_flags */
-};
-
 /*
  * kvfs_restore_cuda_block() - rebuild layers of a block, payload to
- * payload; mirrors kvfs_restore_block().  Layers outside the range are
- * neither read nor written.  The upload of layer l + 1 overlaps the
- * compute of layer l.  Complete on return.  Same returns as
- * kvfs_restore_cuda_layer().
+ * payload; mirrors kvfs_restore_block(), with @io->flags (enum
+ * kvfs_restore_io_flags) saying where each payload lives.  Layers
+ * outside the range are neither read nor written.  The upload of layer
+ * l + 1 overlaps the compute of layer l.  Complete on return.  Same
+ * returns as kvfs_restore_cuda_layer().
  *
  * To restore into the device tier, pass the device address of the
  * destination extent (the tier's extent_addr, gpu/gpu.h) with
  * KVFS_RC_KV_DEVICE, as kvfs_rpool_to_device() does.
  */
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
-			    const struct kvfs_restore_cuda_io *io);
+			    const struct kvfs_restore_io *io);
 
 /* Device timings of one layer of @n_tokens tokens (kvfs_restore_cuda_
  * profile()), in seconds, each the median of a few runs.

@@ -66,6 +66,8 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 
 #include "tier/tier.h"
 #include "gpu/gpu_i.h"
+#define KVFS_CUDA_WHO "cuda"
+#include "gpu/cuda_i.h"
 #include "meta/util.h"
 
 #define CUDA_STREAMS 4u
@@ -165,22 +167,6 @@ static struct cuda_tier *to_cuda(struct kvfs_tier *t)
 {
 	return (struct cuda_tier *)t;
 }
-
-/* Log a failed call and turn it into an errno. */
-static int cuda_fail(cudaError_t e, const char *call)
-{
-	kvfs_err("cuda: %s: %s (%s)", call, cudaGetErrorString(e),
-		 cudaGetErrorName(e));
-	/* Clear a non-sticky error so that it is not reported twice. */
-	(void)cudaGetLastError();
-	return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
-}
-
-#define CUDA_TRY(call)                                              \
-	({                                                          \
-		cudaError_t e_ = (call);                            \
-		e_ == cudaSuccess ? 0 : cuda_fail(e_, #call);       \
-	})
 
 /* The runtime's current device is per thread: set it on every entry. */
 static int cuda_enter(struct cuda_tier *ct)
@@ -655,7 +641,7 @@ static void cuda_ipc_close(struct cuda_ipc *c)
 	cudaError_t e = cudaIpcCloseMemHandle(c->dptr);
 
 	if (e != cudaSuccess)
-		cuda_fail(e, "cudaIpcCloseMemHandle");
+		kvfs_cuda_fail(e, KVFS_CUDA_WHO ": cudaIpcCloseMemHandle");
 	free(c);
 }
 

@@ -13,6 +13,7 @@
 
 #include "hcache/restore.h"
 #include "hcache/safetensors.h"
+#include "meta/fmt.h"
 #include "meta/log.h"
 
 /* Positions are turned into doubles for the RoPE angle; above 2^53 two
@@ -262,21 +263,6 @@ int kvfs_restore_from_f32(const float *src, uint16_t dtype, void *dst,
 }
 
 /* fmt.h's dtype sizes, kept here so this module links on its own. */
-static size_t dtype_size(uint16_t dtype)
-{
-	switch (dtype) {
-	case KVFS_DTYPE_F16:
-	case KVFS_DTYPE_BF16:
-		return 2;
-	case KVFS_DTYPE_F32:
-		return 4;
-	case KVFS_DTYPE_F8_E4M3:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 /* Checkpoint dtype -> enum kvfs_dtype for the three usable ones. */
 static int st_to_kvfs_dtype(int st_dtype)
 {
@@ -736,7 +722,7 @@ static uint64_t layer_bytes(uint32_t n_tokens, uint32_t chunk_tokens,
 			    uint64_t row_elems, uint16_t dtype)
 {
 	uint64_t rows = layer_rows(n_tokens, chunk_tokens), b;
-	size_t es = dtype_size(dtype);
+	size_t es = kvfs_fmt_dtype_size(dtype);
 
 	if (!rows || !es || !row_elems)
 		return 0;
@@ -874,7 +860,7 @@ static void scatter(const struct kvfs_restore *r, const float *k,
 		    const float *v, uint32_t n, uint32_t c, uint8_t *out,
 		    uint16_t dtype)
 {
-	size_t es = dtype_size(dtype), d = r->kv_dim;
+	size_t es = kvfs_fmt_dtype_size(dtype), d = r->kv_dim;
 	size_t row = d * es;
 	uint64_t rows = layer_rows(n, c);
 
@@ -908,9 +894,9 @@ const char *kvfs_restore_request_why(const struct kvfs_restore_model *m,
 				     uint32_t n_tokens, uint32_t chunk_tokens,
 				     uint16_t kv_dtype)
 {
-	if (!dtype_size(x_dtype))
+	if (!kvfs_fmt_dtype_size(x_dtype))
 		return "unknown hidden-state dtype";
-	if (!dtype_size(kv_dtype))
+	if (!kvfs_fmt_dtype_size(kv_dtype))
 		return "unknown KV dtype";
 	if (!n_tokens || n_tokens > INT32_MAX)
 		return "n_tokens out of range";
@@ -1003,6 +989,8 @@ int kvfs_restore_block(const struct kvfs_restore *r,
 			 io->chunk_tokens, io->kv_dtype);
 	if (ret)
 		return ret;
+	if (io->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_KV_DEVICE))
+		return args_bad("device memory on the CPU");
 	hl = kvfs_restore_hidden_layer_bytes(&r->m, io->n_tokens,
 					     io->chunk_tokens,
 					     io->hidden_dtype);

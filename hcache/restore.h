@@ -214,7 +214,21 @@ int kvfs_restore_layer(const struct kvfs_restore *r,
 		       uint32_t n_tokens, uint32_t chunk_tokens, void *kv,
 		       uint16_t kv_dtype);
 
-/* Whole-payload restoration, see kvfs_restore_block(). */
+/*
+ * Where the buffers of a request live (kvfs_restore_io.flags).  Only the
+ * GPU path (kvfs_restore_cuda_block(), gpu/restore_cuda.h) reads device
+ * memory; 0 means pageable host memory.
+ */
+enum kvfs_restore_io_flags {
+	KVFS_RC_HIDDEN_DEVICE = 1 << 0, /* hidden: device memory */
+	KVFS_RC_HIDDEN_PINNED = 1 << 1, /* hidden: page-locked host memory */
+	KVFS_RC_KV_DEVICE = 1 << 2,     /* kv: device memory */
+	KVFS_RC_KV_PINNED = 1 << 3,     /* kv: page-locked host memory */
+};
+
+/* Whole-payload restoration, on the CPU (kvfs_restore_block()) or the GPU
+ * (kvfs_restore_cuda_block()).
+ */
 struct kvfs_restore_io {
 	const void *hidden;     /* HIDDEN payload, all n_layers */
 	uint64_t hidden_len;    /* exactly n_layers * hidden layer bytes */
@@ -227,13 +241,16 @@ struct kvfs_restore_io {
 	uint32_t chunk_tokens;
 	uint32_t first_layer;   /* restore layers [first_layer, */
 	uint32_t n_layers;      /*  first_layer + n_layers); 0 = to the end */
+	unsigned flags;         /* enum kvfs_restore_io_flags */
 };
 
 /*
  * kvfs_restore_block() - rebuild layers of a block, payload to payload.
  * Layers outside the range are neither read nor written, so a scheduler
  * can fill them from the KV form.  Same rules and returns as
- * kvfs_restore_layer(); lengths must match exactly.
+ * kvfs_restore_layer(); lengths must match exactly.  Host memory only:
+ * -EINVAL (logged) when @io->flags names device memory; the pinned flags
+ * are host memory and accepted.
  */
 int kvfs_restore_block(const struct kvfs_restore *r,
 		       struct kvfs_restore_ws *ws,

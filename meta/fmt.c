@@ -698,6 +698,16 @@ int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
 	return 0;
 }
 
+void kvfs_fmt_img_seal(uint8_t *img, uint64_t size)
+{
+	uint32_t crc = kvfs_fmt_crc32c(0, img + KVFS_FMT_HDR_SIZE,
+				       size - KVFS_FMT_HDR_SIZE);
+
+	kvfs_util_put32(img + offsetof(struct kvfs_fmt_hdr, payload_crc), crc);
+	crc = kvfs_fmt_crc32c(0, img, offsetof(struct kvfs_fmt_hdr, hdr_crc));
+	kvfs_util_put32(img + offsetof(struct kvfs_fmt_hdr, hdr_crc), crc);
+}
+
 int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
 		   const uint32_t *tokens, uint32_t n, const void *payload,

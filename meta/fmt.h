@@ -212,6 +212,29 @@ size_t kvfs_fmt_chunk_ncrcs(const struct kvfs_geom *g, uint32_t n_tokens);
 void kvfs_fmt_chunk_crcs(const struct kvfs_geom *g, uint32_t n_tokens,
 			 uint32_t kv_from, const void *img, uint32_t *out);
 
+/*
+ * kvfs_fmt_img_kind() - the kind (enum kvfs_fmt_kind) recorded in the
+ * header of image @img, read as it is: nothing is validated, so the
+ * caller must know @img to be an image kvfs built or verified (a
+ * block's DRAM copy).  @img holds at least the header.  Inline: the read
+ * path asks it of every DRAM copy it serves.
+ */
+static inline uint16_t kvfs_fmt_img_kind(const void *img)
+{
+	const uint8_t *p = (const uint8_t *)img +
+			   offsetof(struct kvfs_fmt_hdr, kind);
+
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+/*
+ * kvfs_fmt_img_seal() - fill in the payload CRC and then the header CRC
+ * of the @size-byte image @img, whose header is otherwise complete (an
+ * image whose payload was written where it could not be summed, as by a
+ * restoration on the GPU).  @size covers the header, the token area and
+ * the payload.  Cannot fail; no locking (the caller owns @img).
+ */
+void kvfs_fmt_img_seal(uint8_t *img, uint64_t size);
+
 /* Options for kvfs_fmt_validate(). */
 enum kvfs_fmt_vflags {
 	/* Accept kind HIDDEN (only once hidden-state restoration exists). */

@@ -112,7 +112,7 @@ static void bench_mode(const struct kvfs_restore_model *m,
 		uint64_t kl = kvfs_restore_kv_layer_bytes(m, n, CHUNK,
 							  KVFS_DTYPE_BF16);
 		struct kvfs_restore_cuda_prof p;
-		struct kvfs_restore_cuda_io io = {
+		struct kvfs_restore_io io = {
 			.hidden_len = hl * LAYERS,
 			.hidden_dtype = KVFS_DTYPE_BF16,
 			.kv_len = kl * LAYERS,

@@ -108,10 +108,10 @@ static uint8_t *cpu_block(const struct kvfs_restore *r,
 	return io.kv;
 }
 
-static struct kvfs_restore_cuda_io gpu_io(const struct refmodel *rm,
-					  const struct block *b, uint16_t kdt)
+static struct kvfs_restore_io gpu_io(const struct refmodel *rm,
+				     const struct block *b, uint16_t kdt)
 {
-	return (struct kvfs_restore_cuda_io){
+	return (struct kvfs_restore_io){
 		.hidden = b->hidden,
 		.hidden_len = b->hidden_len,
 		.hidden_dtype = b->hdt,
@@ -128,7 +128,7 @@ static uint8_t *gpu_block(struct kvfs_restore_cuda *rc,
 			  const struct refmodel *rm, const struct block *b,
 			  uint16_t kdt)
 {
-	struct kvfs_restore_cuda_io io = gpu_io(rm, b, kdt);
+	struct kvfs_restore_io io = gpu_io(rm, b, kdt);
 	uint8_t *kv = malloc(io.kv_len + 64);
 
 	assert_non_null(kv);
@@ -214,7 +214,7 @@ static int child_no_device(const char *path)
 
 static void test_no_device(void **state)
 {
-	struct kvfs_restore_cuda_io io = { 0 };
+	struct kvfs_restore_io io = { 0 };
 	struct kvfs_restore_cuda *rc = NULL;
 	int status = 0, ret;
 	pid_t pid;
@@ -470,7 +470,7 @@ static void test_bf16_weights(void **state)
 static void test_layer_api(void **state)
 {
 	struct kvfs_restore_cuda *rc;
-	struct kvfs_restore_cuda_io io;
+	struct kvfs_restore_io io;
 	struct kvfs_restore *r;
 	struct refmodel rm;
 	struct block b, b2;
@@ -551,7 +551,7 @@ static void test_placements(void **state)
 					KVFS_RC_HIDDEN_PINNED };
 	static const unsigned kvw[] = { 0, KVFS_RC_KV_DEVICE,
 					KVFS_RC_KV_PINNED };
-	struct kvfs_restore_cuda_io io;
+	struct kvfs_restore_io io;
 	struct kvfs_restore_cuda *rc;
 	struct kvfs_restore *r;
 	struct refmodel rm;
@@ -645,7 +645,7 @@ static void test_placements(void **state)
 static void test_bad_requests(void **state)
 {
 	struct kvfs_restore_cuda *rc = NULL;
-	struct kvfs_restore_cuda_io io, ok;
+	struct kvfs_restore_io io, ok;
 	struct kvfs_restore *r;
 	struct refmodel rm;
 	struct block b;
@@ -713,7 +713,7 @@ struct thr {
 static void *thr_main(void *arg)
 {
 	struct thr *t = arg;
-	struct kvfs_restore_cuda_io io = gpu_io(t->rm, t->b, KVFS_DTYPE_F32);
+	struct kvfs_restore_io io = gpu_io(t->rm, t->b, KVFS_DTYPE_F32);
 
 	t->out = malloc(io.kv_len);
 	if (!t->out)
