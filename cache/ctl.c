@@ -335,6 +335,17 @@ void kvfs_ctl_reclaim(struct kvfs_cache *c)
 	pthread_mutex_unlock(&c->ctl_lock);
 }
 
+static int reclaim_task(struct kvfs_cache *c)
+{
+	kvfs_ctl_reclaim(c);
+	return 0;
+}
+
+int kvfs_ctl_init(struct kvfs_cache *c)
+{
+	return kvfs_task_add(c, "lease reclaim", reclaim_task);
+}
+
 /* -------------------------------------------------------------- checking */
 
 static int bad(const char *why, uint32_t op)
@@ -1083,8 +1094,7 @@ static void *prefetch_main(void *arg)
 
 			pthread_mutex_lock(&b->io_lock);
 			if (!atomic_load(&b->dram_ptr))
-				kvfs_block_load(j->c, b, KVFS_LOAD_MOVE, NULL,
-						NULL);
+				kvfs_promote_load(j->c, b);
 			pthread_mutex_unlock(&b->io_lock);
 		}
 	}

@@ -22,6 +22,11 @@ int kvfs_util_parse_u64(const char *s, uint64_t *out);
 /* Format @v bytes as "1.5G" style into @buf. Returns @buf. */
 char *kvfs_util_fmt_size(uint64_t v, char *buf, size_t len);
 
+/* The struct of type @t whose member @m is at @p (the kernel's macro). */
+#ifndef container_of
+#define container_of(p, t, m) ((t *)((char *)(p) - offsetof(t, m)))
+#endif
+
 /* Monotonic and wall-clock time in nanoseconds. */
 uint64_t kvfs_util_now_mono(void);
 uint64_t kvfs_util_now_real(void);
