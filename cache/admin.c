@@ -33,7 +33,8 @@ int kvfs_cache_unlink(struct kvfs_cache *c, struct kvfs_ns *ns,
 		return rc == -EINVAL ? -ENOENT : rc;
 	if (atomic_load(&b->pins)) {
 		kvfs_info("ns %s: unlink %s refused: the block is pinned "
-			  "(remove user.kvfs.pin first)", ns->rec.name, name);
+			  "(remove user.kvfs.pin first)",
+			  ns->rec.name, name);
 		kvfs_cache_put(c, b);
 		return -EBUSY;
 	}
@@ -89,9 +90,9 @@ int kvfs_block_pin_load(struct kvfs_cache *c, struct kvfs_block *b)
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&b->io_lock);
-	rc = atomic_load(&b->dram_ptr)
-		     ? 0
-		     : kvfs_block_load(c, b, KVFS_LOAD_PIN, NULL, NULL);
+	rc = atomic_load(&b->dram_ptr) ?
+		     0 :
+		     kvfs_block_load(c, b, KVFS_LOAD_PIN, NULL, NULL);
 	pthread_mutex_unlock(&b->io_lock);
 	kvfs_cache_reader_release(c, &r);
 	return rc;
@@ -284,8 +285,8 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		 * thousandths: 1000 means no amplification.
 		 */
 		CS("chunk.read_amplification_milli",
-		   ks.bytes_missed ? ks.bytes_read * 1000 / ks.bytes_missed
-				   : 0);
+		   ks.bytes_missed ? ks.bytes_read * 1000 / ks.bytes_missed :
+				     0);
 		CS("chunk.ssd_reads", ks.ssd_reads);
 		CS("chunk.mem_hits", ks.mem_hits);
 		CS("chunk.spec_loaded", ks.spec_loaded);

@@ -31,8 +31,7 @@ uint64_t kvfs_pending_size(const struct kvfs_pending *p)
 	return n;
 }
 
-int kvfs_cache_pending_size(struct kvfs_cache *c, uint64_t ino,
-			    uint64_t *size)
+int kvfs_cache_pending_size(struct kvfs_cache *c, uint64_t ino, uint64_t *size)
 {
 	struct kvfs_pending *q;
 
@@ -57,7 +56,8 @@ int kvfs_cache_create(struct kvfs_cache *c, struct kvfs_ns *ns,
 		return -ENOMEM;
 	if (kvfs_fmt_name_parse(name, p->key)) {
 		kvfs_warn("ns %s: create '%s' refused: not a block name "
-			  "(<32 hex>.kv)", ns->rec.name, name);
+			  "(<32 hex>.kv)",
+			  ns->rec.name, name);
 		free(p);
 		return -EINVAL;
 	}
@@ -128,9 +128,10 @@ int kvfs_cache_write(struct kvfs_pending *p, uint64_t off, const void *buf,
 	rc = pending_reserve(p, off + len);
 	if (rc) {
 		if (rc == -EFBIG)
-			kvfs_warn("ns %s: write past the largest block (%" PRIu64
-				  " bytes) refused", p->ns->rec.name,
-				  p->ns->max_file);
+			kvfs_warn(
+				"ns %s: write past the largest block (%" PRIu64
+				" bytes) refused",
+				p->ns->rec.name, p->ns->max_file);
 		goto out_unlock;
 	}
 	memcpy(p->buf + off, buf, len);
@@ -182,7 +183,8 @@ void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p)
  * have it, must be a full block that ends where this one starts.
  */
 static int check_parent(struct kvfs_cache *c, struct kvfs_pending *p,
-			const struct kvfs_fmt_hdr *h, struct kvfs_block **parent)
+			const struct kvfs_fmt_hdr *h,
+			struct kvfs_block **parent)
 {
 	struct kvfs_block *pb;
 	char hex[KVFS_KEY_HEX_LEN + 1];
@@ -196,15 +198,16 @@ static int check_parent(struct kvfs_cache *c, struct kvfs_pending *p,
 	kvfs_fmt_key_hex(p->key, hex);
 	if (pb->ns != p->ns) {
 		kvfs_warn("ns %s: block %s.kv rejected: its parent belongs to "
-			  "namespace %s", p->ns->rec.name, hex,
-			  pb->ns->rec.name);
+			  "namespace %s",
+			  p->ns->rec.name, hex, pb->ns->rec.name);
 		goto out_reject;
 	}
 	if (pb->n_tokens != p->ns->geom.block_tokens) {
-		kvfs_warn("ns %s: block %s.kv rejected: its parent is a partial "
-			  "block (%u of %u tokens) and cannot have children",
-			  p->ns->rec.name, hex, pb->n_tokens,
-			  p->ns->geom.block_tokens);
+		kvfs_warn(
+			"ns %s: block %s.kv rejected: its parent is a partial "
+			"block (%u of %u tokens) and cannot have children",
+			p->ns->rec.name, hex, pb->n_tokens,
+			p->ns->geom.block_tokens);
 		goto out_reject;
 	}
 	if (pb->start_pos + pb->n_tokens != h->start_pos) {
@@ -242,7 +245,8 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		pthread_mutex_unlock(&p->lock);
 		kvfs_warn("ns %s: block %s.kv rejected: a HIDDEN-kind block "
 			  "needs a namespace with weights (hidden-state "
-			  "restoration, docs/hcache.md)", p->ns->rec.name, hex);
+			  "restoration, docs/hcache.md)",
+			  p->ns->rec.name, hex);
 		rc = -EINVAL;
 		goto out_reject;
 	}
@@ -251,9 +255,8 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 			       hc->rst ? KVFS_FMT_ALLOW_HIDDEN : 0, &h);
 	pthread_mutex_unlock(&p->lock);
 	if (fe != KVFS_FMT_OK) {
-		kvfs_warn("ns %s: block %s.kv rejected (%" PRIu64
-			  " bytes): %s", p->ns->rec.name, hex, p->size,
-			  kvfs_fmt_strerror(fe));
+		kvfs_warn("ns %s: block %s.kv rejected (%" PRIu64 " bytes): %s",
+			  p->ns->rec.name, hex, p->size, kvfs_fmt_strerror(fe));
 		rc = kvfs_fmt_errno(fe);
 		goto out_reject;
 	}
@@ -273,14 +276,15 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	rc = kvfs_dram_reserve(c, ssize, &ext);
 	if (rc) {
 		kvfs_warn("ns %s: block %s.kv refused: DRAM tier full and "
-			  "nothing evictable", p->ns->rec.name, hex);
+			  "nothing evictable",
+			  p->ns->rec.name, hex);
 		goto out_put_parent;
 	}
 	if (convert) {
 		uint64_t t0 = kvfs_util_now_mono();
 
-		rc = kvfs_rpool_build(p->ns, NULL, p->buf, p->size,
-				      hc->kv_from, ext.ptr, ext.len);
+		rc = kvfs_rpool_build(p->ns, NULL, p->buf, p->size, hc->kv_from,
+				      ext.ptr, ext.len);
 		fe = rc ? KVFS_FMT_OK :
 			  kvfs_fmt_validate(ext.ptr, ssize, &p->ns->geom,
 					    p->key, p->ns->rec.root,
@@ -320,10 +324,10 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	b->parent = parent;
 	parent = NULL;
 	/* An orphan may claim any position: saturate, don't wrap. */
-	b->pn.depth = h.start_pos / p->ns->geom.block_tokens > UINT32_MAX ?
-			      UINT32_MAX :
-			      (uint32_t)(h.start_pos /
-					 p->ns->geom.block_tokens);
+	b->pn.depth =
+		h.start_pos / p->ns->geom.block_tokens > UINT32_MAX ?
+			UINT32_MAX :
+			(uint32_t)(h.start_pos / p->ns->geom.block_tokens);
 	b->pn.tokens = h.n_tokens;
 	b->pn.size = ssize;
 	b->ino = p->ino;
@@ -362,7 +366,8 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 	rc = kvfs_index_insert(c, b);
 	if (rc) {
 		kvfs_warn("ns %s: block %s.kv: committed concurrently by "
-			  "another writer", p->ns->rec.name, hex);
+			  "another writer",
+			  p->ns->rec.name, hex);
 		atomic_store(&b->refs, 1);
 		kvfs_cache_put(c, b); /* frees the DRAM extent with it */
 		b = NULL;

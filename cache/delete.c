@@ -20,23 +20,14 @@ int kvfs_block_on_delete(struct kvfs_cache *c,
 {
 	if (c->n_delete_fns == KVFS_DELETE_FNS_MAX) {
 		kvfs_err("no room for another deletion listener "
-			 "(KVFS_DELETE_FNS_MAX %d)", KVFS_DELETE_FNS_MAX);
+			 "(KVFS_DELETE_FNS_MAX %d)",
+			 KVFS_DELETE_FNS_MAX);
 		return -ENOSPC;
 	}
 	c->delete_fns[c->n_delete_fns++] = fn;
 	return 0;
 }
 
-/*
- * Removes @b's record and gives its SSD extent back to the persistent free
- * map in one transaction (if it has a record), then takes it out of the
- * index, its namespace, the policy and the chunk cache; @why is the log's
- * verb ("unlinked", "evicted from the SSD tier", ...). Memory and the
- * extent are released once nothing has the block open. Returns 0,
- * -ENOENT if it was deleted already, -EBUSY if it is pinned, or the
- * metadata's error (nothing changed). Takes c->meta_lock and b->lock; the
- * caller holds neither, nor c->policy_lock.
- */
 int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		      const char *why)
 {
@@ -112,8 +103,8 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 
 out_unlock:
 	pthread_mutex_unlock(&c->meta_lock);
-	kvfs_err("ns %s: deleting block %s.kv failed: %s", b->ns->rec.name,
-		 hex, strerror(-rc));
+	kvfs_err("ns %s: deleting block %s.kv failed: %s", b->ns->rec.name, hex,
+		 strerror(-rc));
 	return rc;
 }
 
@@ -145,7 +136,8 @@ void kvfs_block_try_free(struct kvfs_cache *c, struct kvfs_block *b)
 	atomic_store(&b->tiers, 0);
 	pthread_mutex_unlock(&b->lock);
 	if (dx.ptr) {
-		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM], &dx);
+		c->tier[KVFS_TIER_DRAM]->ops->free(c->tier[KVFS_TIER_DRAM],
+						   &dx);
 		atomic_fetch_sub(&c->tier[KVFS_TIER_DRAM]->st.blocks, 1);
 	}
 	if (gx.len) {

@@ -88,7 +88,7 @@ static bool wait_writeback(struct kvfs_cache *c)
  * first in the lock order.
  */
 int kvfs_dram_demote_locked(struct kvfs_cache *c, struct kvfs_block *b,
-		       bool *discard)
+			    bool *discard)
 {
 	int rc = drop_dram(c, b);
 
@@ -106,8 +106,9 @@ int kvfs_dram_demote_locked(struct kvfs_cache *c, struct kvfs_block *b,
 
 void kvfs_dram_discard(struct kvfs_cache *c, struct kvfs_block *b)
 {
-	if (kvfs_block_delete(c, b, "discarded: not admitted to the SSD "
-				    "tier") == 0)
+	if (kvfs_block_delete(c, b,
+			      "discarded: not admitted to the SSD "
+			      "tier") == 0)
 		atomic_fetch_add(&c->st_discards, 1);
 	kvfs_cache_put(c, b);
 }
@@ -154,8 +155,7 @@ static const struct kvfs_reserve_ops dram_reserve_ops = {
 	.no_victim = dram_no_victim,
 };
 
-int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len,
-		      struct kvfs_extent *e)
+int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e)
 {
 	return kvfs_reserve(c, &dram_reserve_ops, len, e);
 }
@@ -182,8 +182,8 @@ static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
 	kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
 		 " fails verification (%s): not served",
 		 b->ns->rec.name, hex, b->ssd.off,
-		 fe == KVFS_FMT_OK ? "header does not match the record"
-				   : kvfs_fmt_strerror(fe));
+		 fe == KVFS_FMT_OK ? "header does not match the record" :
+				     kvfs_fmt_strerror(fe));
 	atomic_fetch_add(&c->st_csum_errors, 1);
 	return -EBADMSG;
 }
@@ -216,22 +216,6 @@ int kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
 	return 0;
 }
 
-/*
- * Load @b from the SSD (io_uring, O_DIRECT, verified). @mode says where
- * the copy goes:
- *   KVFS_LOAD_READ   into DRAM if the policy admits it there (a block
- *                    pinned in DRAM always is) and room can be made, else
- *                    into a private buffer returned in *priv (the
- *                    reader's own copy);
- *   KVFS_LOAD_PIN    into DRAM, evicting others if needed, or -ENOSPC;
- *   KVFS_LOAD_MOVE   into DRAM only if it has free room now (promotion
- *                    never grows the upper tier), else -ENOSPC;
- *   KVFS_LOAD_PRIV   always into a private buffer (*priv, 4096-aligned,
- *                    *priv_len the SSD extent's length; the caller frees
- *                    it): a stored image wanted only once, for a
- *                    restoration straight into the device pool.
- * Caller holds b->io_lock.
- */
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len)
 {

@@ -35,7 +35,8 @@ static struct kvfs_block **chain_next(struct kvfs_block *b, bool by_key)
 
 static size_t bucket_of(struct kvfs_block *b, bool by_key, size_t nb)
 {
-	return (by_key ? key_hash(b->pn.key) : ino_hash(b->ino)) / KVFS_SHARDS % nb;
+	return (by_key ? key_hash(b->pn.key) : ino_hash(b->ino)) / KVFS_SHARDS %
+	       nb;
 }
 
 /* Caller holds s->lock. */

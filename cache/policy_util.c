@@ -36,7 +36,7 @@ void kvfs_plist_unlink(struct kvfs_plist *l, struct kvfs_pnode *n, int tier)
 
 	if (l->seg == n) {
 		if (k->next && kvfs_plist_stamp(k->next, tier) ==
-			       kvfs_plist_stamp(n, tier))
+				       kvfs_plist_stamp(n, tier))
 			l->seg = k->next;
 		else
 			l->seg = NULL;

@@ -27,8 +27,8 @@ static void promote_gpu(struct kvfs_cache *c)
 	if (!c->tier[KVFS_TIER_GPU])
 		return;
 	pthread_mutex_lock(&c->policy_lock);
-	n = kvfs_policy_promote(c->policy, KVFS_TIER_DRAM, KVFS_TIER_GPU,
-				plan, 32);
+	n = kvfs_policy_promote(c->policy, KVFS_TIER_DRAM, KVFS_TIER_GPU, plan,
+				32);
 	for (size_t i = 0; i < n; i++) {
 		blk[i] = kvfs_pn_block(plan[i].node);
 		kvfs_block_get_ref(blk[i]);
@@ -42,8 +42,8 @@ static void promote_gpu(struct kvfs_cache *c)
 			up[nup++] = blk[i];
 		}
 	}
-	if (nup && kvfs_gpu_load(c, up, nup,
-				 KVFS_GPU_TRYLOCK | KVFS_GPU_NOEVICT) == 0)
+	if (nup &&
+	    kvfs_gpu_load(c, up, nup, KVFS_GPU_TRYLOCK | KVFS_GPU_NOEVICT) == 0)
 		atomic_fetch_add(&c->st_promoted, nup);
 	for (size_t i = 0; i < n; i++)
 		kvfs_cache_put(c, blk[i]);
@@ -76,8 +76,8 @@ static int promote_pass(struct kvfs_cache *c)
 
 	pthread_mutex_lock(&c->policy_lock);
 	kvfs_cache_drain_touches(c);
-	n = kvfs_policy_promote(c->policy, KVFS_TIER_SSD, KVFS_TIER_DRAM,
-				plan, 64);
+	n = kvfs_policy_promote(c->policy, KVFS_TIER_SSD, KVFS_TIER_DRAM, plan,
+				64);
 	for (size_t i = 0; i < n; i++) {
 		blk[i] = kvfs_pn_block(plan[i].node);
 		kvfs_block_get_ref(blk[i]);

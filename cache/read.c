@@ -67,8 +67,7 @@ static uint8_t *dram_servable(struct kvfs_block *b)
 }
 
 int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
-			  uint64_t off, size_t len, const void **ptr,
-			  size_t *n)
+			  uint64_t off, size_t len, const void **ptr, size_t *n)
 {
 	struct kvfs_block *b = r->b;
 	uint8_t *base;
@@ -104,10 +103,10 @@ int kvfs_cache_read_begin(struct kvfs_cache *c, struct kvfs_reader *r,
 			continue;
 		}
 		pthread_mutex_lock(&b->io_lock);
-		rc = atomic_load(&b->dram_ptr)
-			     ? 0
-			     : kvfs_block_load(c, b, KVFS_LOAD_READ, &r->priv,
-					       &r->priv_len);
+		rc = atomic_load(&b->dram_ptr) ?
+			     0 :
+			     kvfs_block_load(c, b, KVFS_LOAD_READ, &r->priv,
+					     &r->priv_len);
 		pthread_mutex_unlock(&b->io_lock);
 		if (rc)
 			return rc;

@@ -54,7 +54,7 @@ fi
 t_check "mount for the race" kvfs_mount
 t_check "blocks to race on" gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 12 --blocks 4 --shared 0 --fsync --quiet
 t_check "pin and unlink race, never both succeed" \
-	env "${PY_ENV[@]}" PYTHONDONTWRITEBYTECODE=1 KVFS_LIB="$LIB" PYTHONPATH="$ROOT/fs" \
+	env "${PY_ENV[@]}" PYTHONDONTWRITEBYTECODE=1 KVFS_LIB="$LIB" PYTHONPATH="$ROOT/client" \
 	python3 - "$MNT" "$NS" "$T_DIR/removed" <<'EOF_PY'
 # Per block: a thread pins it in ssd through .kvfs/ctl while this one
 # unlinks it, released together; a third keeps the metadata lock busy
