@@ -587,8 +587,9 @@ int kvfs_wb_pass(struct kvfs_cache *c);
 int kvfs_wb_start(struct kvfs_cache *c);
 void kvfs_wb_stop(struct kvfs_cache *c);
 /*
- * kvfs_counters_flush() - record the hits, last access and category of
- *   every persisted block whose counters changed, in one transaction.  0,
+ * kvfs_counters_flush() - rewrite the record of every persisted block
+ *   whose counters (hits, last access, category) changed, in one
+ *   transaction (never one write per read).  0,
  *   or the metadata's error (logged; the blocks stay dirty).  Takes shard
  *   locks, then c->meta_lock and b->lock; caller holds none.
  * kvfs_counters_init() - register the flush as a periodic task.
