@@ -2,12 +2,14 @@
 /*
  * Internal structures of the cache engine and the declarations its files
  * share, under the heading of the file that defines them, lowest first.
- * A file calls only the files listed before it (restore_pool.c, chunk.c
- * and ctl.c aside, which are being split), so the engine's files form no
- * circle: index, namespaces, blocks and the background registry at the
- * bottom; write-back, deletion, tier reservation and DRAM above them; the
- * restoration pool and device glue; then the read, commit and admin paths,
- * the chunk cache, ctl, and cache_open.c (start-up) on top.
+ * A file calls only the files listed before it, so the engine's files
+ * form no circle: namespaces, blocks, the background registry and the
+ * index at the bottom; the write-back queue, deletion, tier reservation,
+ * write-back and DRAM above them; the restoration pool; the read path and
+ * the device glue; promotion, the commit path, the chunk cache, admin,
+ * ctl, and cache_open.c (start-up) on top.  One exception until the
+ * per-piece CRC helpers move out of chunk.c: commit.c and cache_wb.c call
+ * kvfs_chunk_crcs()/kvfs_chunk_ncrcs(), which call nothing back.
  * Not for use outside cache/.
  *
  * Unless a contract says otherwise, functions return 0 or -errno, take
@@ -387,36 +389,6 @@ static inline struct kvfs_block *kvfs_pn_block(struct kvfs_pnode *n)
 void kvfs_ns_add(struct kvfs_ns *ns, struct kvfs_block *b);
 void kvfs_ns_del(struct kvfs_ns *ns, struct kvfs_block *b);
 
-/* --------------------------------------------------------------- task.c */
-
-/*
- * kvfs_task_add() - register @fn, under @name (for the log), as a periodic
- *   task of the mover: each round (every conf.flush_ms) it runs the tasks
- *   in registration order, after feeding the policy its accesses and tick.
- *   Call before kvfs_task_start(), from the owning module's init; @name
- *   must outlive @c.  @fn's return is ignored (it logs its own errors).
- *   0, or -ENOSPC past KVFS_TASKS_MAX (logged).  No locking: open only.
- * kvfs_task_run() - run every registered task once, in the caller's
- *   thread (the mover's round).  Caller holds no engine lock.
- * kvfs_task_start() - start the mover thread (none under
- *   KVFS_CACHE_NOTHREADS).  0 or the -errno of pthread_create.
- * kvfs_task_stop() - stop and join the mover; a no-op if not started.
- *   Called by the thread that frees @c, before kvfs_wb_stop().
- */
-int kvfs_task_add(struct kvfs_cache *c, const char *name,
-		  int (*fn)(struct kvfs_cache *c));
-void kvfs_task_run(struct kvfs_cache *c);
-int kvfs_task_start(struct kvfs_cache *c);
-void kvfs_task_stop(struct kvfs_cache *c);
-/*
- * kvfs_bg_begin(), kvfs_bg_end() - a detached background job (prefetch, a
- *   speculative chunk load) counts itself in before it starts and out when
- *   done, so that kvfs_cache_free() can wait for the count to reach 0.
- *   Take c->bg_lock, a leaf lock.
- */
-void kvfs_bg_begin(struct kvfs_cache *c);
-void kvfs_bg_end(struct kvfs_cache *c);
-
 /* -------------------------------------------------------------- block.c */
 
 /*
@@ -459,6 +431,36 @@ int kvfs_block_ssd_get(struct kvfs_block *b, struct kvfs_extent *sx);
  */
 void kvfs_cache_touch(struct kvfs_cache *c, struct kvfs_block *b);
 void kvfs_cache_drain_touches(struct kvfs_cache *c);
+
+/* --------------------------------------------------------------- task.c */
+
+/*
+ * kvfs_task_add() - register @fn, under @name (for the log), as a periodic
+ *   task of the mover: each round (every conf.flush_ms) it runs the tasks
+ *   in registration order, after feeding the policy its accesses and tick.
+ *   Call before kvfs_task_start(), from the owning module's init; @name
+ *   must outlive @c.  @fn's return is ignored (it logs its own errors).
+ *   0, or -ENOSPC past KVFS_TASKS_MAX (logged).  No locking: open only.
+ * kvfs_task_run() - run every registered task once, in the caller's
+ *   thread (the mover's round).  Caller holds no engine lock.
+ * kvfs_task_start() - start the mover thread (none under
+ *   KVFS_CACHE_NOTHREADS).  0 or the -errno of pthread_create.
+ * kvfs_task_stop() - stop and join the mover; a no-op if not started.
+ *   Called by the thread that frees @c, before kvfs_wb_stop().
+ */
+int kvfs_task_add(struct kvfs_cache *c, const char *name,
+		  int (*fn)(struct kvfs_cache *c));
+void kvfs_task_run(struct kvfs_cache *c);
+int kvfs_task_start(struct kvfs_cache *c);
+void kvfs_task_stop(struct kvfs_cache *c);
+/*
+ * kvfs_bg_begin(), kvfs_bg_end() - a detached background job (prefetch, a
+ *   speculative chunk load) counts itself in before it starts and out when
+ *   done, so that kvfs_cache_free() can wait for the count to reach 0.
+ *   Take c->bg_lock, a leaf lock.
+ */
+void kvfs_bg_begin(struct kvfs_cache *c);
+void kvfs_bg_end(struct kvfs_cache *c);
 
 /* -------------------------------------------------------------- index.c */
 
@@ -762,6 +764,12 @@ static inline uint16_t kvfs_img_kind(const void *img)
 	return (uint16_t)(p[10] | p[11] << 8);
 }
 
+/* -------------------------------------------------------------- read.c */
+
+/* The read path: kvfs_cache_reader_init(), kvfs_cache_read_begin(),
+ * kvfs_cache_read_end() and kvfs_cache_reader_release() in cache.h.
+ */
+
 /* ---------------------------------------------------------- cache_gpu.c */
 
 enum kvfs_gpu_load_flags {
@@ -800,6 +808,19 @@ int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b);
  */
 int kvfs_promote_load(struct kvfs_cache *c, struct kvfs_block *b);
 int kvfs_promote_init(struct kvfs_cache *c);
+
+/* ------------------------------------------------------------ commit.c */
+
+/* The commit path: kvfs_cache_create(), kvfs_cache_write(),
+ * kvfs_cache_truncate(), kvfs_cache_commit() and kvfs_cache_abandon() in
+ * cache.h.
+ */
+
+/* ------------------------------------------------------------- chunk.c */
+
+/* The chunk cache: chunk.h.  It registers its score flush (task.c) and a
+ * deletion listener (delete.c) from kvfs_chunk_init().
+ */
 
 /* ------------------------------------------------------------- admin.c */
 
