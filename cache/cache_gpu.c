@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The device tier inside the engine: loading blocks into the pool in
- * batches, evicting from it through the policy (a victim goes through the
- * policy's admission into DRAM), and leases.
+ * batches, and evicting from it through the policy (a victim goes through
+ * the policy's admission into DRAM).
  *
  * The pool holds a block's whole file image, so a copy can go back to DRAM
  * without touching the SSD; clients are given the payload's offset.  A
@@ -20,21 +20,9 @@
 #include "meta/log.h"
 #include "meta/util.h"
 
-#define container_of(p, t, m) ((t *)((char *)(p) - offsetof(t, m)))
-
-static struct kvfs_block *pn_block(struct kvfs_pnode *n)
-{
-	return container_of(n, struct kvfs_block, pn);
-}
-
-uint64_t kvfs_block_payload_off(const struct kvfs_block *b)
-{
-	return kvfs_fmt_payload_off(b->n_tokens);
-}
-
 static bool ok_gpu(struct kvfs_pnode *n, void *arg)
 {
-	struct kvfs_block *b = pn_block(n);
+	struct kvfs_block *b = kvfs_pn_block(n);
 
 	return !atomic_load(&b->leases) &&
 	       !(atomic_load(&b->pins) & KVFS_TIER_BIT_GPU) &&
@@ -124,34 +112,32 @@ int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b)
 	return gpu_demote(c, b);
 }
 
+/* A victim leased, pinned or gone since it was picked makes way for the
+ * next one; with none left, everything there is leased or pinned.
+ */
+static int gpu_no_victim(struct kvfs_cache *c)
+{
+	return -ENOSPC;
+}
+
+static const struct kvfs_reserve_ops gpu_reserve_ops = {
+	.tier = KVFS_TIER_GPU,
+	.fit_check = true,
+	.may_evict = ok_gpu,
+	.evict = gpu_demote,
+	.no_victim = gpu_no_victim,
+};
+
+/* Without @evict, only free room is taken. */
 static int gpu_reserve(struct kvfs_cache *c, uint64_t len,
 		       struct kvfs_extent *e, bool evict)
 {
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
-	struct kvfs_pnode *v;
-	struct kvfs_block *b;
-	int rc;
 
-	if (len > gpu->capacity)
-		return -ENOSPC;
-	for (;;) {
-		rc = gpu->ops->alloc(gpu, len, e);
-		if (rc != -ENOSPC || !evict)
-			return rc;
-		pthread_mutex_lock(&c->policy_lock);
-		kvfs_cache_drain_touches(c);
-		v = kvfs_policy_victim(c->policy, KVFS_TIER_GPU, ok_gpu, NULL);
-		b = v ? pn_block(v) : NULL;
-		if (b)
-			kvfs_block_get_ref(b);
-		pthread_mutex_unlock(&c->policy_lock);
-		if (!b)
-			return -ENOSPC; /* everything there is leased or pinned */
-		rc = gpu_demote(c, b);
-		kvfs_cache_put(c, b);
-		if (rc && rc != -EBUSY && rc != -ENOENT)
-			return rc;
-	}
+	if (!evict)
+		return len > gpu->capacity ? -ENOSPC :
+					     gpu->ops->alloc(gpu, len, e);
+	return kvfs_reserve(c, &gpu_reserve_ops, len, e);
 }
 
 /* A host image of @b to copy from: its DRAM copy (held by an open count

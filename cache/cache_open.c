@@ -654,21 +654,6 @@ static int pin_dram(struct kvfs_cache *c)
 	return 0;
 }
 
-void kvfs_bg_begin(struct kvfs_cache *c)
-{
-	pthread_mutex_lock(&c->bg_lock);
-	c->bg_jobs++;
-	pthread_mutex_unlock(&c->bg_lock);
-}
-
-void kvfs_bg_end(struct kvfs_cache *c)
-{
-	pthread_mutex_lock(&c->bg_lock);
-	if (--c->bg_jobs == 0)
-		pthread_cond_broadcast(&c->bg_cond);
-	pthread_mutex_unlock(&c->bg_lock);
-}
-
 /* ------------------------------------------------------------ lifecycle */
 
 int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
@@ -756,10 +741,21 @@ int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 	rc = recover_blocks(c);
 	if (rc)
 		goto out_free;
+	/* The mover runs its tasks in the order they register here. */
+	rc = kvfs_promote_init(c);
+	if (!rc)
+		rc = kvfs_ctl_init(c);
+	if (!rc)
+		rc = kvfs_counters_init(c);
+	if (rc)
+		goto out_free;
 	rc = kvfs_chunk_init(c);
 	if (rc)
 		goto out_free;
 	rc = kvfs_wb_start(c);
+	if (rc)
+		goto out_free;
+	rc = kvfs_task_start(c);
 	if (rc)
 		goto out_free;
 	reload_dram_pins(c);
@@ -785,6 +781,7 @@ void kvfs_cache_free(struct kvfs_cache *c)
 	 * device promotion) restores in its own thread.
 	 */
 	kvfs_rpool_stop(c);
+	kvfs_task_stop(c);
 	kvfs_wb_stop(c);
 	while (c->sessions)
 		kvfs_ctl_close(c->sessions);

@@ -97,7 +97,9 @@ int kvfs_chunk_init(struct kvfs_cache *c)
 		  kvfs_util_fmt_size(st->cap[CSET_DRAM], b1, sizeof(b1)),
 		  kvfs_util_fmt_size(st->cap[CSET_GPU], b2, sizeof(b2)),
 		  st->halflife ? "decay" : "never decay");
-	return 0;
+	if (kvfs_block_on_delete(c, kvfs_chunk_forget))
+		return -ENOSPC;
+	return kvfs_task_add(c, "chunk-score flush", kvfs_chunk_flush);
 }
 
 void kvfs_chunk_release(struct kvfs_cache *c)

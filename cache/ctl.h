@@ -57,4 +57,12 @@ void kvfs_ctl_flush(struct kvfs_ctl_session *s, int pid);
  */
 void kvfs_ctl_reclaim(struct kvfs_cache *c);
 
+/*
+ * kvfs_ctl_init() - register the lease reclaim with the mover as a
+ * periodic task (cache/task.c), so the mover calls nothing above it.
+ * Called once by kvfs_cache_open() before the threads start.
+ * Returns 0 or the registry's -errno.
+ */
+int kvfs_ctl_init(struct kvfs_cache *c);
+
 #endif

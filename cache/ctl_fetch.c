@@ -448,8 +448,7 @@ static void *prefetch_main(void *arg)
 
 			pthread_mutex_lock(&b->io_lock);
 			if (!atomic_load(&b->dram_ptr))
-				kvfs_block_load(j->c, b, KVFS_LOAD_MOVE, NULL,
-						NULL);
+				kvfs_promote_load(j->c, b);
 			pthread_mutex_unlock(&b->io_lock);
 		}
 	}

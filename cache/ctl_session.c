@@ -287,3 +287,14 @@ void kvfs_ctl_reclaim(struct kvfs_cache *c)
 	}
 	pthread_mutex_unlock(&c->ctl_lock);
 }
+
+static int reclaim_task(struct kvfs_cache *c)
+{
+	kvfs_ctl_reclaim(c);
+	return 0;
+}
+
+int kvfs_ctl_init(struct kvfs_cache *c)
+{
+	return kvfs_task_add(c, "lease reclaim", reclaim_task);
+}

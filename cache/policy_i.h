@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Folder-internal declarations of the cache policies: the ops tables the
- * registry lists, and test-only introspection.
+ * registry lists (policy.c, above the policies), the helpers the policies
+ * share (policy_util.c, below them), and test-only introspection.
+ *
+ * Locking: none of their own; every call runs under the caller's policy
+ * lock (c->policy_lock in the engine), like every policy call.
  */
 #ifndef KVFS_CACHE_POLICY_I_H
 #define KVFS_CACHE_POLICY_I_H
@@ -11,6 +15,7 @@
 
 #include "cache/policy.h"
 
+/* Defined by each policy_<name>.c, listed by the registry (policy.c). */
 extern const struct kvfs_policy_ops kvfs_policy_lru_ops;
 extern const struct kvfs_policy_ops kvfs_policy_arc_ops;
 extern const struct kvfs_policy_ops kvfs_policy_hotprefix_ops;
@@ -29,6 +34,13 @@ struct kvfs_pclock {
 	bool started;
 };
 
+/* policy_util.c */
+
+/*
+ * kvfs_pclock_stamp() - the stamp of access @a (NULL: a fresh one) on
+ *   clock @c, advancing the clock when @a starts a new (request, now)
+ *   pair.  Returns the stamp; never fails.
+ */
 uint64_t kvfs_pclock_stamp(struct kvfs_pclock *c,
 			   const struct kvfs_paccess *a);
 
@@ -47,10 +59,16 @@ struct kvfs_plist {
 	uint64_t count;
 };
 
+/*
+ * kvfs_plist_place() - link @n (on no list of @tier) into @l at its place
+ *   for @stamp, which is recorded in n->t[tier].prio.  Never fails.
+ * kvfs_plist_unlink() - take @n (on @l) off it.  Never fails.
+ */
 void kvfs_plist_place(struct kvfs_plist *l, struct kvfs_pnode *n, int tier,
 		      uint64_t stamp);
 void kvfs_plist_unlink(struct kvfs_plist *l, struct kvfs_pnode *n, int tier);
 
+/* The stamp @n was placed with on @tier's list. */
 static inline uint64_t kvfs_plist_stamp(const struct kvfs_pnode *n, int tier)
 {
 	return (uint64_t)n->t[tier].prio;
@@ -63,6 +81,8 @@ struct kvfs_arc_state {
 	uint64_t nt1, nt2, nb1, nb2; /* entries per list */
 	double p;                    /* target size of T1 */
 };
+
+/* policy_arc.c */
 
 /*
  * kvfs_policy_arc_state() - test-only: the list sizes of @tier's ARC.

@@ -270,15 +270,9 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	int rc;
 
 	*img = NULL;
-	pthread_mutex_lock(&b->lock);
-	sx = b->ssd;
-	rc = (atomic_load(&b->flags) & KVFS_B_PERSISTED) ? 0 : -EIO;
-	pthread_mutex_unlock(&b->lock);
-	if (rc) {
-		kvfs_err("block ino %" PRIu64 " has no copy in any tier",
-			 b->ino);
+	rc = kvfs_block_ssd_get(b, &sx);
+	if (rc)
 		return rc;
-	}
 	admit = kvfs_block_dram_admit(c, b, KVFS_TIER_SSD);
 	keep = admit && kvfs_dram_reserve(c, b->size, &ext) == 0;
 	if (keep) {

@@ -161,21 +161,6 @@ static void payload(const struct engine *e, const uint8_t *key, uint8_t *out)
 
 /* ----------------------------------------------------------------- store */
 
-static int write_all(int fd, const uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (uint64_t)n;
-	}
-	return 0;
-}
-
 /* Block @b of the current prompt as a file through the mount. */
 static int store_file(struct engine *e, uint32_t b, const uint8_t *parent)
 {
@@ -195,7 +180,7 @@ static int store_file(struct engine *e, uint32_t b, const uint8_t *parent)
 	fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	rc = write_all(fd, e->file, size);
+	rc = kvfs_util_write_full(fd, e->file, size, -1);
 	if (close(fd) && !rc)
 		rc = -errno;
 	if (rc)

@@ -250,38 +250,6 @@ static void fix_crcs(uint8_t *p, uint64_t len)
 	fix_hdr_crc(p);
 }
 
-static int write_all(int fd, const uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (uint64_t)n;
-	}
-	return 0;
-}
-
-static int read_all(int fd, uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t n = read(fd, p, len > (1u << 30) ? (1u << 30) : len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -ENODATA; /* the file shrank under us */
-		p += n;
-		len -= (uint64_t)n;
-	}
-	return 0;
-}
-
 static void key_path(char *out, size_t len, const char *dir,
 		     const uint8_t key[KVFS_KEY_LEN])
 {
@@ -440,7 +408,7 @@ static int cmd_write(struct opts *o)
 					     (uint64_t)b * g->block_tokens,
 					     toks, n, NULL, buf, cap);
 			if (!err)
-				err = write_all(fd, buf, size);
+				err = kvfs_util_write_full(fd, buf, size, -1);
 			if (!err && o->fsync && fsync(fd))
 				err = -errno;
 			if (err) {
@@ -460,8 +428,8 @@ static int cmd_write(struct opts *o)
 				/* listed only once durable (with --fsync) */
 				kvfs_fmt_key_hex(key, hex);
 				strcat(hex, "\n");
-				err = write_all(log_fd, (uint8_t *)hex,
-						strlen(hex));
+				err = kvfs_util_write_full(log_fd, hex,
+							   strlen(hex), -1);
 				if (!err && o->fsync && strcmp(o->log, "-") &&
 				    fdatasync(log_fd))
 					err = -errno;
@@ -610,7 +578,7 @@ static const char *verify_one(const struct opts *o, const uint8_t *root,
 		rc = map == MAP_FAILED ? -errno : 0;
 		data = map;
 	} else {
-		rc = read_all(fd, buf, len);
+		rc = kvfs_util_read_full(fd, buf, len, -1);
 	}
 	close(fd);
 	if (rc) {
@@ -810,7 +778,7 @@ static int cmd_make(struct opts *o)
 		free(buf);
 		return 1;
 	}
-	err = write_all(fd, buf, len);
+	err = kvfs_util_write_full(fd, buf, len, -1);
 	free(buf);
 	if (err) {
 		fprintf(stderr, "kvfs-gen: write %s: %s\n", path,

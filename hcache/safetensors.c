@@ -1011,7 +1011,6 @@ static int st_open_single(struct kvfs_st *st, const char *path)
 static int st_slurp(const char *path, char **buf, size_t *len)
 {
 	struct stat stb;
-	size_t got = 0;
 	int fd, ret;
 
 	ret = st_open_fd(path, &fd, &stb);
@@ -1028,22 +1027,17 @@ static int st_slurp(const char *path, char **buf, size_t *len)
 		ret = -ENOMEM;
 		goto out_close_fd;
 	}
-	while (got < (size_t)stb.st_size) {
-		ssize_t n = read(fd, *buf + got, (size_t)stb.st_size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			kvfs_err("safetensors %s: read: %s", path,
-				 strerror(-ret));
-			free(*buf);
-			*buf = NULL;
-			goto out_close_fd;
-		}
-		got += (size_t)n;
+	ret = kvfs_util_read_full(fd, *buf, (uint64_t)stb.st_size, -1);
+	if (ret) {
+		/* The file ending early is an I/O error here. */
+		if (ret == -ENODATA)
+			ret = -EIO;
+		kvfs_err("safetensors %s: read: %s", path, strerror(-ret));
+		free(*buf);
+		*buf = NULL;
+		goto out_close_fd;
 	}
-	*len = got;
+	*len = (size_t)stb.st_size;
 out_close_fd:
 	close(fd);
 	return ret;

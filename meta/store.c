@@ -345,25 +345,6 @@ static int data_prealloc(int fd, const char *path, uint64_t size)
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len, off_t off)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		off += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Write STORE/kvfs.conf unless one exists.  *written says which. */
 static int conf_write_default(const char *path, bool *written)
 {
@@ -380,7 +361,7 @@ static int conf_write_default(const char *path, bool *written)
 		kvfs_err("store: cannot create %s: %s", path, strerror(-rc));
 		return rc;
 	}
-	rc = write_all(fd, default_conf, sizeof(default_conf) - 1, 0);
+	rc = kvfs_util_write_full(fd, default_conf, sizeof(default_conf) - 1, 0);
 	if (!rc && fsync(fd))
 		rc = -errno;
 	close(fd);
@@ -501,7 +482,7 @@ int kvfs_store_create(const char *dir, uint64_t ssd_size, bool force)
 	if (rc)
 		goto out_unlink_data;
 	dhdr_build(&hdr, uuid, size, created);
-	rc = write_all(fd, &hdr, sizeof(hdr), 0);
+	rc = kvfs_util_write_full(fd, &hdr, sizeof(hdr), 0);
 	if (!rc && fsync(fd))
 		rc = -errno;
 	if (rc) {

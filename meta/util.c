@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "meta/util.h"
 
@@ -101,4 +102,51 @@ uint64_t kvfs_util_now_real(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Larger transfers are split: Linux moves at most about 2 GiB a call. */
+#define UTIL_IO_MAX (1ull << 30)
+
+int kvfs_util_write_full(int fd, const void *buf, uint64_t len, int64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		size_t k = len > UTIL_IO_MAX ? UTIL_IO_MAX : (size_t)len;
+		ssize_t n = off >= 0 ? pwrite(fd, p, k, (off_t)off) :
+				       write(fd, p, k);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (uint64_t)n;
+		if (off >= 0)
+			off += n;
+	}
+	return 0;
+}
+
+int kvfs_util_read_full(int fd, void *buf, uint64_t len, int64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		size_t k = len > UTIL_IO_MAX ? UTIL_IO_MAX : (size_t)len;
+		ssize_t n = off >= 0 ? pread(fd, p, k, (off_t)off) :
+				       read(fd, p, k);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		len -= (uint64_t)n;
+		if (off >= 0)
+			off += n;
+	}
+	return 0;
 }

@@ -22,9 +22,25 @@ int kvfs_util_parse_u64(const char *s, uint64_t *out);
 /* Format @v bytes as "1.5G" style into @buf. Returns @buf. */
 char *kvfs_util_fmt_size(uint64_t v, char *buf, size_t len);
 
+/* The struct of type @t whose member @m is at @p (the kernel's macro). */
+#ifndef container_of
+#define container_of(p, t, m) ((t *)((char *)(p) - offsetof(t, m)))
+#endif
+
 /* Monotonic and wall-clock time in nanoseconds. */
 uint64_t kvfs_util_now_mono(void);
 uint64_t kvfs_util_now_real(void);
+
+/*
+ * kvfs_util_write_full() - write all @len bytes of @buf to @fd: at offset
+ *   @off (pwrite) when @off >= 0, else at the file position (write).
+ *   Short writes and EINTR are retried; one call moves at most 1 GiB.
+ *   0 or -errno.
+ * kvfs_util_read_full() - read exactly @len bytes into @buf, likewise.
+ *   0, -ENODATA when the file ends first, or -errno.
+ */
+int kvfs_util_write_full(int fd, const void *buf, uint64_t len, int64_t off);
+int kvfs_util_read_full(int fd, void *buf, uint64_t len, int64_t off);
 
 /* Little-endian stores and loads: on-disk formats never depend on the
  * host's byte order.
