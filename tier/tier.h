@@ -42,9 +42,10 @@ enum kvfs_tier_id {
 	KVFS_TIER_SSD = 2,
 	KVFS_NTIERS = 3,
 	/* The tier shared across hosts (tier/tier_remote.h): addressed by
-	 * key, not a slot of the engine's tier array nor a policy's.
+	 * key, not a slot of the engine's tier array nor a policy's (so
+	 * not next to them: KVFS_NTIERS stays a count).
 	 */
-	KVFS_TIER_REMOTE = KVFS_NTIERS,
+	KVFS_TIER_REMOTE = 8,
 };
 
 struct kvfs_extent {
