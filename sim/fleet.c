@@ -17,7 +17,7 @@
 
 struct fnode {
 	struct kvfs_pnode pn; /* first: a pnode pointer is an fnode one */
-	uint64_t pin;         /* request (1-based) holding the block */
+	uint64_t pin; /* request (1-based) holding the block */
 };
 
 /* One cache: a host's, or the shared tier. */

@@ -22,13 +22,13 @@ struct kvfs_sim {
 	size_t nreq;
 	struct sim_req {
 		uint64_t ts_ms;
-		size_t off;        /* into path[] and next[] */
+		size_t off; /* into path[] and next[] */
 		uint32_t len;
-		uint32_t tokens;   /* tokens of the prompt */
+		uint32_t tokens; /* tokens of the prompt */
 		uint16_t type, turn;
-	} *req;
-	uint32_t *path;            /* node per request position */
-	uint64_t *next;            /* next request (1-based) using it */
+	} * req;
+	uint32_t *path; /* node per request position */
+	uint64_t *next; /* next request (1-based) using it */
 	size_t npath;
 	uint32_t maxlen;
 };

@@ -34,23 +34,23 @@ struct rc_node {
 	char host[KVFS_RC_HOST_MAX];
 	int port;
 	pthread_mutex_t lock;
-	redisContext *ctx;    /* guarded by lock; NULL when closed */
-	uint64_t down_until;  /* guarded by lock: monotonic ns */
-	unsigned fails;       /* guarded by lock: consecutive faults */
+	redisContext *ctx; /* guarded by lock; NULL when closed */
+	uint64_t down_until; /* guarded by lock: monotonic ns */
+	unsigned fails; /* guarded by lock: consecutive faults */
 };
 
 struct kvfs_rc {
 	struct kvfs_rc_conf c;
-	char *seeds;    /* the conf strings, owned */
+	char *seeds; /* the conf strings, owned */
 	char *password;
 	pthread_rwlock_t topo;
 	/* guarded by topo: slot -> node index, NO_NODE when unowned */
 	uint16_t slot[KVFS_RC_SLOTS];
 	struct rc_node *node[KVFS_RC_MAX_NODES]; /* guarded by topo (append) */
-	unsigned nnodes;                          /* guarded by topo */
-	unsigned nseeds;                          /* the first nodes */
-	int plain;                                /* guarded by topo */
-	int loaded;                               /* guarded by topo */
+	unsigned nnodes; /* guarded by topo */
+	unsigned nseeds; /* the first nodes */
+	int plain; /* guarded by topo */
+	int loaded; /* guarded by topo */
 	struct kvfs_rc_stats st;
 	struct kvfs_log_rl rl;
 };
@@ -66,7 +66,7 @@ uint16_t kvfs_rc_crc16(const void *buf, size_t len)
 		crc ^= (uint16_t)(p[i] << 8);
 		for (int b = 0; b < 8; b++)
 			crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 :
-							 crc << 1);
+							crc << 1);
 	}
 	return crc;
 }
@@ -144,8 +144,7 @@ int kvfs_rc_parse_redirect(const char *err, int *ask, unsigned *slot,
 	return 0;
 }
 
-uint64_t kvfs_rc_backoff_ms(unsigned attempt, unsigned base_ms,
-			    unsigned cap_ms)
+uint64_t kvfs_rc_backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms)
 {
 	uint64_t v = base_ms;
 
@@ -174,8 +173,7 @@ static void rc_fault(struct kvfs_rc *rc, const struct rc_node *nd,
 	atomic_fetch_add_explicit(&rc->st.errors, 1, memory_order_relaxed);
 	if (kvfs_log_rl_ok(&rc->rl, 1000, &missed))
 		kvfs_warn("remote: %s:%d: %s (%llu more faults not logged)",
-			  nd ? nd->host : "?", nd ? nd->port : 0, what,
-			  missed);
+			  nd ? nd->host : "?", nd ? nd->port : 0, what, missed);
 }
 
 static struct timeval rc_tv(unsigned ms)
@@ -190,8 +188,8 @@ static struct timeval rc_tv(unsigned ms)
  */
 static void node_down(struct kvfs_rc *rc, struct rc_node *nd, const char *why)
 {
-	uint64_t ms = kvfs_rc_backoff_ms(nd->fails, rc->c.backoff_ms,
-					 rc->c.down_ms);
+	uint64_t ms =
+		kvfs_rc_backoff_ms(nd->fails, rc->c.backoff_ms, rc->c.down_ms);
 
 	if (nd->ctx) {
 		redisFree(nd->ctx);
@@ -220,8 +218,8 @@ static int node_connect(struct kvfs_rc *rc, struct rc_node *nd)
 		int timed = nd->ctx && nd->ctx->err == REDIS_ERR_IO &&
 			    (errno == ETIMEDOUT || errno == EINPROGRESS);
 
-		node_down(rc, nd, timed ? "connect timed out" :
-					  "cannot connect");
+		node_down(rc, nd,
+			  timed ? "connect timed out" : "cannot connect");
 		return timed ? -ETIMEDOUT : -ECONNREFUSED;
 	}
 	atomic_fetch_add_explicit(&rc->st.connects, 1, memory_order_relaxed);
@@ -297,7 +295,8 @@ static int slots_parse(struct kvfs_rc *rc, const struct rc_node *from,
 		/* An empty or "?" host is the node we asked (cluster-preferred-endpoint-type). */
 		snprintf(host, sizeof(host), "%s",
 			 m->element[0]->len && strcmp(m->element[0]->str, "?") ?
-				 m->element[0]->str : from->host);
+				 m->element[0]->str :
+				 from->host);
 		idx = node_add(rc, host, (int)m->element[1]->integer);
 		if (idx < 0)
 			return idx;
@@ -402,17 +401,17 @@ const struct kvfs_rc_stats *kvfs_rc_stats(struct kvfs_rc *rc)
 
 enum cmd_state {
 	CMD_DONE = 0,
-	CMD_RETRY = 1,    /* a fault: retry after a backoff */
+	CMD_RETRY = 1, /* a fault: retry after a backoff */
 	CMD_REDIRECT = 2, /* retry at once */
 };
 
 struct batch {
 	struct kvfs_rc_cmd *cmd;
-	uint8_t *state;  /* enum cmd_state */
-	int16_t *ask;    /* ASK target node, -1 none */
+	uint8_t *state; /* enum cmd_state */
+	int16_t *ask; /* ASK target node, -1 none */
 	uint16_t *route; /* this round's node */
-	int moved;       /* this round saw MOVED */
-	int fault;       /* this round saw a fault */
+	int moved; /* this round saw MOVED */
+	int fault; /* this round saw a fault */
 };
 
 static void cmd_fail(struct batch *b, size_t i, int err, int state)
@@ -522,12 +521,14 @@ static void cmd_reply(struct kvfs_rc *rc, struct batch *b, size_t i,
 		break;
 	case KVFS_RC_SETNX:
 	case KVFS_RC_SET:
-		c->res = r->type == REDIS_REPLY_NIL ? -EEXIST :
-			 r->type == REDIS_REPLY_STATUS ? 0 : -EIO;
+		c->res = r->type == REDIS_REPLY_NIL    ? -EEXIST :
+			 r->type == REDIS_REPLY_STATUS ? 0 :
+							 -EIO;
 		break;
 	default:
 		c->res = r->type != REDIS_REPLY_INTEGER ? -EIO :
-			 r->integer ? 0 : -ENOENT;
+			 r->integer			? 0 :
+							  -ENOENT;
 		break;
 	}
 }
@@ -581,8 +582,8 @@ static void node_round(struct kvfs_rc *rc, struct batch *b, unsigned ni,
 			if (timed)
 				atomic_fetch_add_explicit(&rc->st.timeouts, 1,
 							  memory_order_relaxed);
-			node_down(rc, nd, timed ? "timed out" :
-						  "connection lost");
+			node_down(rc, nd,
+				  timed ? "timed out" : "connection lost");
 			for (size_t k = got; k < n; k++)
 				cmd_fail(b, idx[k], timed ? -ETIMEDOUT : -EIO,
 					 CMD_RETRY);

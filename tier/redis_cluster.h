@@ -62,23 +62,23 @@ int kvfs_rc_parse_addr(const char *s, size_t len, char *host, size_t hostlen,
 		       int *port);
 
 struct kvfs_rc_conf {
-	const char *nodes;    /* seeds: "host:port[,host:port...]" */
+	const char *nodes; /* seeds: "host:port[,host:port...]" */
 	const char *password; /* AUTH; NULL or "" for none */
-	unsigned timeout_ms;  /* per round trip and per connect (200) */
-	unsigned retries;     /* tries after the first (3) */
-	unsigned backoff_ms;  /* first wait, doubled per try (10) */
-	unsigned down_ms;     /* most a failed node is skipped (2000) */
-	unsigned depth;       /* commands in flight per node (64) */
+	unsigned timeout_ms; /* per round trip and per connect (200) */
+	unsigned retries; /* tries after the first (3) */
+	unsigned backoff_ms; /* first wait, doubled per try (10) */
+	unsigned down_ms; /* most a failed node is skipped (2000) */
+	unsigned depth; /* commands in flight per node (64) */
 };
 
 /* The defaults in the comments above; @c->nodes NULL. */
 void kvfs_rc_conf_defaults(struct kvfs_rc_conf *c);
 
 enum kvfs_rc_op {
-	KVFS_RC_GET = 1,    /* ok: @data/@len hold the value (malloc'd) */
-	KVFS_RC_SETNX = 2,  /* SET key val NX; -EEXIST: the key was there */
-	KVFS_RC_SET = 3,    /* SET key val (tests overwrite with it) */
-	KVFS_RC_DEL = 4,    /* -ENOENT: no such key */
+	KVFS_RC_GET = 1, /* ok: @data/@len hold the value (malloc'd) */
+	KVFS_RC_SETNX = 2, /* SET key val NX; -EEXIST: the key was there */
+	KVFS_RC_SET = 3, /* SET key val (tests overwrite with it) */
+	KVFS_RC_DEL = 4, /* -ENOENT: no such key */
 	KVFS_RC_EXISTS = 5, /* 0 present, -ENOENT absent */
 };
 
@@ -103,11 +103,11 @@ struct kvfs_rc_cmd {
 
 /* Counters, relaxed atomics. */
 struct kvfs_rc_stats {
-	atomic_uint_least64_t errors;     /* faults: I/O, timeouts, error replies */
+	atomic_uint_least64_t errors; /* faults: I/O, timeouts, error replies */
 	atomic_uint_least64_t timeouts;
 	atomic_uint_least64_t moved, ask; /* redirects followed */
-	atomic_uint_least64_t refreshes;  /* CLUSTER SLOTS reloads */
-	atomic_uint_least64_t connects;   /* connections opened */
+	atomic_uint_least64_t refreshes; /* CLUSTER SLOTS reloads */
+	atomic_uint_least64_t connects; /* connections opened */
 };
 
 struct kvfs_rc;

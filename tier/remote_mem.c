@@ -23,8 +23,8 @@ struct mem_ent {
 struct kvfs_remote_mem {
 	pthread_mutex_t lock;
 	struct mem_ent *bucket[NBUCKETS]; /* guarded by lock */
-	size_t count;                     /* guarded by lock */
-	int fault;                        /* guarded by lock */
+	size_t count; /* guarded by lock */
+	int fault; /* guarded by lock */
 };
 
 int kvfs_remote_mem_new(struct kvfs_remote_mem **out)
@@ -60,8 +60,7 @@ void kvfs_remote_mem_free(struct kvfs_remote_mem *m)
 static struct mem_ent **mem_find(struct kvfs_remote_mem *m, const char *key,
 				 size_t klen)
 {
-	struct mem_ent **pp =
-		&m->bucket[kvfs_rc_crc16(key, klen) % NBUCKETS];
+	struct mem_ent **pp = &m->bucket[kvfs_rc_crc16(key, klen) % NBUCKETS];
 
 	while (*pp && ((*pp)->klen != klen || memcmp((*pp)->key, key, klen)))
 		pp = &(*pp)->next;

@@ -31,18 +31,18 @@ struct wb_ent {
 struct kvfs_tier_remote {
 	struct kvfs_tier base; /* first: kvfs_tier_free() */
 	struct kvfs_remote_conf c;
-	struct kvfs_rc *rc;          /* backend redis */
+	struct kvfs_rc *rc; /* backend redis */
 	struct kvfs_remote_mem *mem; /* backend memory */
 	atomic_uint_least64_t rejected, errors, dropped;
 	struct kvfs_log_rl rl;
 	/* the write-back queue */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;         /* work queued, or stop */
-	pthread_cond_t idle;         /* queue empty and nothing in flight */
-	struct wb_ent *head, *tail;  /* guarded by lock: oldest first */
-	uint64_t nq, qbytes;         /* guarded by lock */
-	unsigned inflight;           /* guarded by lock: blocks being sent */
-	int stop;                    /* guarded by lock */
+	pthread_cond_t cond; /* work queued, or stop */
+	pthread_cond_t idle; /* queue empty and nothing in flight */
+	struct wb_ent *head, *tail; /* guarded by lock: oldest first */
+	uint64_t nq, qbytes; /* guarded by lock */
+	unsigned inflight; /* guarded by lock: blocks being sent */
+	int stop; /* guarded by lock */
 	pthread_t thr;
 	int thr_started;
 };
@@ -107,7 +107,7 @@ int kvfs_tier_remote_getv(struct kvfs_tier_remote *r,
 			  struct kvfs_remote_get *g, size_t n)
 {
 	struct kvfs_rc_cmd *cmd;
-	char (*keys)[KVFS_REMOTE_KEY_MAX];
+	char(*keys)[KVFS_REMOTE_KEY_MAX];
 	size_t nbad = 0;
 	uint64_t hits = 0, misses = 0, bytes = 0;
 	int ret = 0;
@@ -219,8 +219,9 @@ int kvfs_tier_remote_put(struct kvfs_tier_remote *r,
 			 uint64_t len)
 {
 	char k[KVFS_REMOTE_KEY_MAX];
-	struct kvfs_rc_cmd c = { .op = KVFS_RC_SETNX, .key = k, .val = img,
-				 .vlen = len };
+	struct kvfs_rc_cmd c = {
+		.op = KVFS_RC_SETNX, .key = k, .val = img, .vlen = len
+	};
 	int kl;
 
 	if (r->c.write == KVFS_REMOTE_WRITE_OFF)
@@ -244,8 +245,9 @@ int kvfs_tier_remote_poke(struct kvfs_tier_remote *r,
 			  size_t len)
 {
 	char k[KVFS_REMOTE_KEY_MAX];
-	struct kvfs_rc_cmd c = { .op = KVFS_RC_SET, .key = k, .val = val,
-				 .vlen = len };
+	struct kvfs_rc_cmd c = {
+		.op = KVFS_RC_SET, .key = k, .val = val, .vlen = len
+	};
 	int kl = kvfs_remote_key(r->c.key_prefix, root, key, k, sizeof(k));
 
 	if (kl < 0)
@@ -282,8 +284,7 @@ static void wb_make_room(struct kvfs_tier_remote *r, uint64_t len)
 	while (r->head && (r->nq + 1 > r->c.queue_blocks ||
 			   r->qbytes + len > r->c.queue_bytes)) {
 		wb_free(wb_pop(r));
-		atomic_fetch_add_explicit(&r->dropped, 1,
-					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
 	}
 }
 
@@ -330,8 +331,7 @@ int kvfs_tier_remote_queue(struct kvfs_tier_remote *r,
  * came since, as long as they fit; the rest is dropped. Caller holds
  * r->lock.
  */
-static void wb_requeue(struct kvfs_tier_remote *r, struct wb_ent **e,
-		       size_t n)
+static void wb_requeue(struct kvfs_tier_remote *r, struct wb_ent **e, size_t n)
 {
 	for (size_t i = n; i-- > 0;) {
 		if (r->nq + 1 > r->c.queue_blocks ||
@@ -448,7 +448,8 @@ int kvfs_tier_remote_drain(struct kvfs_tier_remote *r, unsigned timeout_ms)
 	pthread_mutex_lock(&r->lock);
 	while ((r->nq || r->inflight) && !ret)
 		ret = pthread_cond_timedwait(&r->idle, &r->lock, &ts) ?
-			      -ETIMEDOUT : 0;
+			      -ETIMEDOUT :
+			      0;
 	pthread_mutex_unlock(&r->lock);
 	return ret;
 }
@@ -499,8 +500,7 @@ static int remote_read(struct kvfs_tier *t, const struct kvfs_extent *e,
 	return -EOPNOTSUPP;
 }
 
-static int remote_readv(struct kvfs_tier *t, struct kvfs_tier_io *io,
-			size_t n)
+static int remote_readv(struct kvfs_tier *t, struct kvfs_tier_io *io, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		io[i].res = -EOPNOTSUPP;
@@ -613,8 +613,7 @@ void kvfs_tier_remote_free(struct kvfs_tier_remote *r)
 	}
 	while (r->head) {
 		wb_free(wb_pop(r));
-		atomic_fetch_add_explicit(&r->dropped, 1,
-					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
 	}
 	kvfs_rc_free(r->rc);
 	kvfs_remote_mem_free(r->mem);

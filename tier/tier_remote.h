@@ -38,14 +38,14 @@ enum kvfs_remote_backend {
 };
 
 enum kvfs_remote_write {
-	KVFS_REMOTE_WRITE_BACK = 0,    /* a queue sends after the commit */
+	KVFS_REMOTE_WRITE_BACK = 0, /* a queue sends after the commit */
 	KVFS_REMOTE_WRITE_THROUGH = 1, /* fsync waits for the SET */
-	KVFS_REMOTE_WRITE_OFF = 2,     /* read-only */
+	KVFS_REMOTE_WRITE_OFF = 2, /* read-only */
 };
 
 enum kvfs_remote_admit {
 	KVFS_REMOTE_ADMIT_POLICY = 0, /* what the policy would keep */
-	KVFS_REMOTE_ADMIT_ALL = 1,    /* every committed block */
+	KVFS_REMOTE_ADMIT_ALL = 1, /* every committed block */
 };
 
 #define KVFS_REMOTE_NODES_MAX 192
@@ -56,15 +56,15 @@ enum kvfs_remote_admit {
 
 /* [tier.remote] (docs/config.md); plain data. */
 struct kvfs_remote_conf {
-	int backend;                            /* enum kvfs_remote_backend */
-	char nodes[KVFS_REMOTE_NODES_MAX];      /* seeds "host:port,..." */
+	int backend; /* enum kvfs_remote_backend */
+	char nodes[KVFS_REMOTE_NODES_MAX]; /* seeds "host:port,..." */
 	char key_prefix[KVFS_REMOTE_PREFIX_MAX]; /* default "kvfs" */
 	char password[KVFS_REMOTE_PASSWORD_MAX]; /* "" = no AUTH */
-	int write;                              /* enum kvfs_remote_write */
-	int admit;                              /* enum kvfs_remote_admit */
-	unsigned timeout_ms;                    /* per round trip (200) */
-	unsigned queue_blocks;                  /* write-back bound (1024) */
-	uint64_t queue_bytes;                   /* and in bytes (256M) */
+	int write; /* enum kvfs_remote_write */
+	int admit; /* enum kvfs_remote_admit */
+	unsigned timeout_ms; /* per round trip (200) */
+	unsigned queue_blocks; /* write-back bound (1024) */
+	uint64_t queue_bytes; /* and in bytes (256M) */
 };
 
 /* The defaults above, backend none. */
@@ -72,20 +72,20 @@ void kvfs_remote_conf_defaults(struct kvfs_remote_conf *c);
 
 /* What a reader checks a value against: its own namespace. */
 struct kvfs_remote_ns {
-	const uint8_t *root;       /* the namespace root key */
+	const uint8_t *root; /* the namespace root key */
 	const struct kvfs_geom *g; /* its geometry */
-	unsigned vflags;           /* enum kvfs_fmt_vflags it accepts */
+	unsigned vflags; /* enum kvfs_fmt_vflags it accepts */
 };
 
 /* A snapshot of the counters (.kvfs/stats tier.remote.*). */
 struct kvfs_remote_stats {
-	uint64_t hits, misses;  /* blocks looked up: found valid / not */
-	uint64_t rejected;      /* values that failed a check (deleted) */
-	uint64_t errors;        /* faults: timeouts, nodes down, ... */
+	uint64_t hits, misses; /* blocks looked up: found valid / not */
+	uint64_t rejected; /* values that failed a check (deleted) */
+	uint64_t errors; /* faults: timeouts, nodes down, ... */
 	uint64_t bytes_read, bytes_written;
-	uint64_t queued;        /* blocks waiting in the write-back queue */
-	uint64_t dropped;       /* queued blocks dropped (full, or failed) */
-	uint64_t nodes;         /* masters in the slot map (memory: 1) */
+	uint64_t queued; /* blocks waiting in the write-back queue */
+	uint64_t dropped; /* queued blocks dropped (full, or failed) */
+	uint64_t nodes; /* masters in the slot map (memory: 1) */
 };
 
 struct kvfs_tier_remote;
@@ -124,7 +124,7 @@ struct kvfs_remote_get {
 	 * value), or the fault (-ETIMEDOUT, -EHOSTDOWN, ...).
 	 */
 	int res;
-	void *img;    /* the image, to free() */
+	void *img; /* the image, to free() */
 	uint64_t len; /* its length */
 	struct kvfs_fmt_hdr hdr; /* its decoded header */
 };

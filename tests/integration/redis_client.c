@@ -60,8 +60,8 @@ static uint8_t *chain_block(unsigned tag, unsigned i, uint8_t *parent,
 		toks[j] = tag * 100000 + i * 16 + j;
 	for (uint64_t b = off; b < n; b++)
 		img[b] = (uint8_t)(b * 31 + i * 7 + tag);
-	if (kvfs_fmt_build(&geom, KVFS_KIND_KV, parent, (uint64_t)i * 16,
-			   toks, 16, img + off, img, n))
+	if (kvfs_fmt_build(&geom, KVFS_KIND_KV, parent, (uint64_t)i * 16, toks,
+			   16, img + off, img, n))
 		exit(2);
 	memcpy(key, ((struct kvfs_fmt_hdr *)img)->key, KVFS_KEY_LEN);
 	*len = n;
@@ -133,8 +133,8 @@ static int lookup(struct kvfs_tier_remote *r, unsigned round, unsigned tag,
 	printf("round %u hits %u misses %u rejected %llu errors %llu "
 	       "bad %u nodes %llu ms %.1f\n",
 	       round, hits, n - hits, (unsigned long long)st.rejected,
-	       (unsigned long long)st.errors, bad,
-	       (unsigned long long)st.nodes, ms);
+	       (unsigned long long)st.errors, bad, (unsigned long long)st.nodes,
+	       ms);
 	fflush(stdout);
 	free(g);
 	free(img);
@@ -144,9 +144,9 @@ static int lookup(struct kvfs_tier_remote *r, unsigned round, unsigned tag,
 
 static int store(const char *nodes, unsigned n, unsigned tag, int queued)
 {
-	struct kvfs_tier_remote *r = open_tier(nodes, queued ?
-				KVFS_REMOTE_WRITE_BACK :
-				KVFS_REMOTE_WRITE_THROUGH);
+	struct kvfs_tier_remote *r =
+		open_tier(nodes, queued ? KVFS_REMOTE_WRITE_BACK :
+					  KVFS_REMOTE_WRITE_THROUGH);
 	uint8_t(*keys)[16] = calloc(n, 16);
 	uint64_t len;
 	uint8_t **img = chain(tag, n, keys, &len);
@@ -192,8 +192,8 @@ int main(int argc, char **argv)
 		unsigned i = (unsigned)atoi(argv[3]);
 		uint8_t(*keys)[16] = calloc(i + 1, 16);
 		uint64_t len;
-		uint8_t **img = chain((unsigned)atoi(argv[4]), i + 1, keys,
-				      &len);
+		uint8_t **img =
+			chain((unsigned)atoi(argv[4]), i + 1, keys, &len);
 		char k[KVFS_REMOTE_KEY_MAX];
 
 		kvfs_remote_key("kvfs", root, keys[i], k, sizeof(k));
@@ -226,15 +226,15 @@ int main(int argc, char **argv)
 		unsigned i = (unsigned)atoi(argv[3]);
 		uint8_t(*keys)[16] = calloc(i + 1, 16);
 		uint64_t len;
-		uint8_t **img = chain((unsigned)atoi(argv[4]), i + 1, keys,
-				      &len);
+		uint8_t **img =
+			chain((unsigned)atoi(argv[4]), i + 1, keys, &len);
 
 		/* A valid header over a payload that is not: only the CRC
 		 * can tell.
 		 */
 		img[i][len - 1] ^= 0xff;
-		ret = kvfs_tier_remote_poke(r, root, keys[i], img[i], len) ?
-			      1 : 0;
+		ret = kvfs_tier_remote_poke(r, root, keys[i], img[i], len) ? 1 :
+									     0;
 		for (unsigned j = 0; j <= i; j++)
 			free(img[j]);
 		free(img);

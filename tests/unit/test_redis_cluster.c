@@ -54,11 +54,10 @@ static void test_hash_tags(void **state)
 	assert_int_equal(slot_of("foo{bar"),
 			 kvfs_rc_crc16("foo{bar", 7) % 16384);
 	/* Keys of kvfs carry no tag: blocks spread over the slots. */
-	assert_int_not_equal(
-		slot_of("kvfs:feebf0027a7d68f558cfb7620bb8e449:"
-			"00000000000000000000000000000000"),
-		slot_of("kvfs:feebf0027a7d68f558cfb7620bb8e449:"
-			"00000000000000000000000000000001"));
+	assert_int_not_equal(slot_of("kvfs:feebf0027a7d68f558cfb7620bb8e449:"
+				     "00000000000000000000000000000000"),
+			     slot_of("kvfs:feebf0027a7d68f558cfb7620bb8e449:"
+				     "00000000000000000000000000000001"));
 }
 
 static void test_redirects(void **state)
@@ -68,8 +67,8 @@ static void test_redirects(void **state)
 	int ask = -1, port = 0;
 
 	assert_int_equal(kvfs_rc_parse_redirect("MOVED 3999 127.0.0.1:6381",
-						&ask, &slot, host,
-						sizeof(host), &port),
+						&ask, &slot, host, sizeof(host),
+						&port),
 			 0);
 	assert_int_equal(ask, 0);
 	assert_int_equal(slot, 3999);
@@ -91,10 +90,19 @@ static void test_redirects(void **state)
 	assert_int_equal(port, 7000);
 	/* Everything else is not a redirect. */
 	static const char *const bad[] = {
-		"MOVED", "MOVED 3999", "MOVED 16384 h:1", "MOVED x h:1",
-		"MOVED 1 h", "MOVED 1 h:0", "MOVED 1 h:65536", "MOVED 1 h:1x",
-		"ASK  1 h:1", "TRYAGAIN Multiple keys", "CLUSTERDOWN down",
-		"ERR wrong", "moved 1 h:1",
+		"MOVED",
+		"MOVED 3999",
+		"MOVED 16384 h:1",
+		"MOVED x h:1",
+		"MOVED 1 h",
+		"MOVED 1 h:0",
+		"MOVED 1 h:65536",
+		"MOVED 1 h:1x",
+		"ASK  1 h:1",
+		"TRYAGAIN Multiple keys",
+		"CLUSTERDOWN down",
+		"ERR wrong",
+		"moved 1 h:1",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(kvfs_rc_parse_redirect(bad[i], &ask, &slot,
@@ -117,14 +125,12 @@ static void test_addr(void **state)
 			 0);
 	assert_string_equal(host, "10.0.0.5");
 	assert_int_equal(port, 6379);
-	assert_int_equal(kvfs_rc_parse_addr("h:1", 3, host, sizeof(host),
-					    &port),
-			 0);
+	assert_int_equal(
+		kvfs_rc_parse_addr("h:1", 3, host, sizeof(host), &port), 0);
 	assert_int_equal(kvfs_rc_parse_addr("nohost", 6, host, sizeof(host),
 					    &port),
 			 -EINVAL);
-	assert_int_equal(kvfs_rc_parse_addr("h:", 2, host, sizeof(host),
-					    &port),
+	assert_int_equal(kvfs_rc_parse_addr("h:", 2, host, sizeof(host), &port),
 			 -EINVAL);
 	assert_int_equal(kvfs_rc_parse_addr("h:99999", 7, host, sizeof(host),
 					    &port),
@@ -166,7 +172,10 @@ static void test_no_server(void **state)
 	struct kvfs_rc *rc;
 	struct kvfs_rc_cmd cmd[3] = {
 		{ .op = KVFS_RC_GET, .key = "a", .klen = 1 },
-		{ .op = KVFS_RC_SETNX, .key = "b", .klen = 1, .val = "x",
+		{ .op = KVFS_RC_SETNX,
+		  .key = "b",
+		  .klen = 1,
+		  .val = "x",
 		  .vlen = 1 },
 		{ .op = KVFS_RC_EXISTS, .key = "c", .klen = 1 },
 	};

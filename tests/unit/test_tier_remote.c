@@ -240,8 +240,8 @@ static void brk_geom(struct blk *b, uint8_t *v, uint64_t *len)
 	g.head_dim = 8;
 	n = kvfs_fmt_file_size(&g, KVFS_KIND_KV, 4);
 	assert_true(n <= *len + 16);
-	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, b->root, 0, toks,
-					4, NULL, v, n),
+	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, b->root, 0, toks, 4,
+					NULL, v, n),
 			 0);
 	memcpy(b->key, ((struct kvfs_fmt_hdr *)v)->key, KVFS_KEY_LEN);
 	*len = n;
@@ -252,17 +252,50 @@ static void garbage(struct blk *b, uint8_t *v, uint64_t *len)
 	memset(v, 'G', *len);
 }
 
-static void test_reject_empty(void **s) { reject_one(brk_empty); }
-static void test_reject_short(void **s) { reject_one(brk_short); }
-static void test_reject_long(void **s) { reject_one(brk_long); }
-static void test_reject_magic(void **s) { reject_one(brk_magic); }
-static void test_reject_hdr_crc(void **s) { reject_one(brk_hdr_crc); }
-static void test_reject_payload_crc(void **s) { reject_one(brk_payload); }
-static void test_reject_token(void **s) { reject_one(brk_token); }
-static void test_reject_other_key(void **s) { reject_one(brk_other_key); }
-static void test_reject_other_ns(void **s) { reject_one(brk_other_ns); }
-static void test_reject_geom(void **s) { reject_one(brk_geom); }
-static void test_reject_garbage(void **s) { reject_one(garbage); }
+static void test_reject_empty(void **s)
+{
+	reject_one(brk_empty);
+}
+static void test_reject_short(void **s)
+{
+	reject_one(brk_short);
+}
+static void test_reject_long(void **s)
+{
+	reject_one(brk_long);
+}
+static void test_reject_magic(void **s)
+{
+	reject_one(brk_magic);
+}
+static void test_reject_hdr_crc(void **s)
+{
+	reject_one(brk_hdr_crc);
+}
+static void test_reject_payload_crc(void **s)
+{
+	reject_one(brk_payload);
+}
+static void test_reject_token(void **s)
+{
+	reject_one(brk_token);
+}
+static void test_reject_other_key(void **s)
+{
+	reject_one(brk_other_key);
+}
+static void test_reject_other_ns(void **s)
+{
+	reject_one(brk_other_ns);
+}
+static void test_reject_geom(void **s)
+{
+	reject_one(brk_geom);
+}
+static void test_reject_garbage(void **s)
+{
+	reject_one(garbage);
+}
 
 /* A batch mixes hits, misses and a reject; each gets its own result. */
 static void test_getv(void **state)
@@ -276,12 +309,11 @@ static void test_getv(void **state)
 		make_blk(&b[i], "llama", 10 * (uint32_t)i + 1);
 	struct kvfs_remote_ns ns = ns_of(&b[0]);
 
-	assert_int_equal(kvfs_tier_remote_put(r, b[0].root, b[0].key,
-					      b[0].img, b[0].len),
+	assert_int_equal(kvfs_tier_remote_put(r, b[0].root, b[0].key, b[0].img,
+					      b[0].len),
 			 0);
-	assert_int_equal(kvfs_tier_remote_poke(r, b[2].root, b[2].key, "bad",
-					       3),
-			 0);
+	assert_int_equal(
+		kvfs_tier_remote_poke(r, b[2].root, b[2].key, "bad", 3), 0);
 	for (int i = 0; i < 3; i++)
 		g[i].key = b[i].key;
 	assert_int_equal(kvfs_tier_remote_getv(r, &ns, g, 3), 0);
@@ -337,8 +369,7 @@ static void test_write_off(void **state)
 	make_blk(&b, "llama", 1);
 	assert_int_equal(kvfs_tier_remote_put(r, b.root, b.key, b.img, b.len),
 			 -EROFS);
-	assert_int_equal(kvfs_tier_remote_queue(r, b.root, b.key, b.img,
-						b.len),
+	assert_int_equal(kvfs_tier_remote_queue(r, b.root, b.key, b.img, b.len),
 			 -EROFS);
 	assert_int_equal(kvfs_remote_mem_count(kvfs_tier_remote_mem(r)), 0);
 	kvfs_tier_remote_free(r);
