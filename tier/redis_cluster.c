@@ -340,8 +340,11 @@ int kvfs_rc_refresh(struct kvfs_rc *rc)
 		for (unsigned s = 0; s < KVFS_RC_SLOTS; s++)
 			map[s] = NO_NODE;
 		pthread_rwlock_wrlock(&rc->topo);
+		/* "ERR This instance has cluster support disabled"; not
+		 * NOAUTH and the like, which say nothing about the mode.
+		 */
 		if (r->type == REDIS_REPLY_ERROR && i < rc->nseeds &&
-		    rc->nseeds == 1) {
+		    rc->nseeds == 1 && !strncmp(r->str, "ERR", 3)) {
 			/* cluster support disabled: a plain server */
 			for (unsigned s = 0; s < KVFS_RC_SLOTS; s++)
 				rc->slot[s] = (uint16_t)i;

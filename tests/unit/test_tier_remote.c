@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "meta/fmt.h"
+#include "meta/util.h"
 #include "tier/remote_i.h"
 #include "tier/tier_remote.h"
 
@@ -206,6 +207,20 @@ static void brk_token(struct blk *b, uint8_t *v, uint64_t *len)
 	v[KVFS_FMT_HDR_SIZE] ^= 1;
 }
 
+/* A token changed and both CRCs repaired: only the chained hash can tell
+ * the key does not belong to these tokens.
+ */
+static void brk_key_hash(struct blk *b, uint8_t *v, uint64_t *len)
+{
+	v[KVFS_FMT_HDR_SIZE] ^= 1;
+	kvfs_util_put32(v + 80, kvfs_fmt_crc32c(0, v + KVFS_FMT_HDR_SIZE,
+						*len - KVFS_FMT_HDR_SIZE));
+	kvfs_util_put32(v + 84, kvfs_fmt_crc32c(0, v, 84));
+	assert_int_equal(kvfs_fmt_validate(v, *len, &geom, NULL, b->root, 0,
+					   NULL),
+			 KVFS_FMT_EKEY);
+}
+
 /* Another block's valid image stored under this block's key. */
 static void brk_other_key(struct blk *b, uint8_t *v, uint64_t *len)
 {
@@ -279,6 +294,10 @@ static void test_reject_payload_crc(void **s)
 static void test_reject_token(void **s)
 {
 	reject_one(brk_token);
+}
+static void test_reject_key_hash(void **s)
+{
+	reject_one(brk_key_hash);
 }
 static void test_reject_other_key(void **s)
 {
@@ -434,6 +453,7 @@ int main(void)
 		cmocka_unit_test(test_reject_hdr_crc),
 		cmocka_unit_test(test_reject_payload_crc),
 		cmocka_unit_test(test_reject_token),
+		cmocka_unit_test(test_reject_key_hash),
 		cmocka_unit_test(test_reject_other_key),
 		cmocka_unit_test(test_reject_other_ns),
 		cmocka_unit_test(test_reject_geom),
