@@ -26,7 +26,7 @@ WERROR ?= 0
 DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
 	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
-	python3
+	python3 libhiredis-dev redis-server redis-tools
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
@@ -47,7 +47,7 @@ override LDFLAGS += -fsanitize=thread
 endif
 
 LIBS := -lfuse3 -llmdb -luring -linih -lcrypto -lisal -lxxhash \
-	-lopenblas -lm -lpthread
+	-lopenblas -lhiredis -lm -lpthread
 TEST_LIBS := -lcmocka
 
 # CUDA: the device tier's cuda backend (gpu/tier_cuda.c) is built whenever

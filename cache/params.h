@@ -13,6 +13,7 @@
 
 #include "meta/fmt.h"
 #include "meta/meta.h"
+#include "tier/tier_remote.h"
 
 #define KVFS_PARAMS_MAX_NS 64
 #define KVFS_PARAMS_MAX_OPTS 32
@@ -111,6 +112,10 @@ struct kvfs_cache_params {
 	size_t n_policy_opts;
 	char policy_keys[KVFS_PARAMS_MAX_OPTS][64];
 	char policy_vals[KVFS_PARAMS_MAX_OPTS][128];
+	/* [tier.remote]: the tier shared across hosts (docs/remote.md);
+	 * remote.backend KVFS_REMOTE_NONE without the section.
+	 */
+	struct kvfs_remote_conf remote;
 	/* [namespace NAME] sections */
 	size_t n_ns;
 	struct kvfs_ns_params ns[KVFS_PARAMS_MAX_NS];

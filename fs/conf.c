@@ -30,6 +30,11 @@
  *   [chunks]     dram_capacity 0..16T, gpu_capacity 0..16T,
  *                score_halflife 0..1e9 (requests; 0 = no decay),
  *                spec_depth 0..256 (0 = no limit)
+ *   [tier.remote] (docs/remote.md) backend redis (default), nodes
+ *                host:port[,host:port...] (required), key_prefix
+ *                [A-Za-z0-9._-]{1,63} (default kvfs), write
+ *                back|through|off, admit policy|all, timeout 1ms..60s
+ *                ("200ms", "1s"; default 200ms), password (optional)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
  *                for the policy to check (at most KVFS_PARAMS_MAX_OPTS)
  *   [namespace NAME]
@@ -70,6 +75,7 @@
 
 #include "fs/conf.h"
 #include "hcache/restore.h"
+#include "tier/redis_cluster.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -689,6 +695,153 @@ static int gpu_end(struct conf_state *st)
 	return 0;
 }
 
+/* ---- [tier.remote] ---- */
+
+static int set_remote_backend(struct conf_state *st, const struct conf_key *k,
+			      const char *val, void *field)
+{
+	int v = KVFS_REMOTE_REDIS;
+
+	if (strcmp(val, "redis"))
+		return fail(st, st->lineno,
+			    "%s = '%s': expected redis (Redis Cluster, Valkey "
+			    "or one plain server)", k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+/* A list of host:port seeds, each as the cluster client parses it. */
+static int set_remote_nodes(struct conf_state *st, const struct conf_key *k,
+			    const char *val, void *field)
+{
+	char host[KVFS_RC_HOST_MAX];
+	const char *p = val;
+	int port;
+
+	if (strlen(val) >= k->len)
+		return fail(st, st->lineno, "%s: value longer than %zu bytes",
+			    k->name, k->len - 1);
+	do {
+		size_t len = strcspn(p, ",");
+		size_t lead = strspn(p, " \t");
+		size_t n = len > lead ? len - lead : 0;
+
+		while (n && (p[lead + n - 1] == ' ' || p[lead + n - 1] == '\t'))
+			n--;
+		if (kvfs_rc_parse_addr(p + lead, n, host, sizeof(host), &port))
+			return fail(st, st->lineno,
+				    "%s: '%.*s' is not host:port", k->name,
+				    (int)len, p);
+		p += len;
+	} while (*p++ == ',');
+	memcpy(field, val, strlen(val) + 1);
+	return 0;
+}
+
+static int set_remote_prefix(struct conf_state *st, const struct conf_key *k,
+			     const char *val, void *field)
+{
+	size_t n = strlen(val);
+
+	if (!n || n >= k->len ||
+	    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			"0123456789._-") != n)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected 1..%zu of [A-Za-z0-9._-]",
+			    k->name, val, k->len - 1);
+	memcpy(field, val, n + 1);
+	return 0;
+}
+
+static int set_remote_write(struct conf_state *st, const struct conf_key *k,
+			    const char *val, void *field)
+{
+	int v;
+
+	if (!strcmp(val, "back"))
+		v = KVFS_REMOTE_WRITE_BACK;
+	else if (!strcmp(val, "through"))
+		v = KVFS_REMOTE_WRITE_THROUGH;
+	else if (!strcmp(val, "off"))
+		v = KVFS_REMOTE_WRITE_OFF;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected back, through or off",
+			    k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+static int set_remote_admit(struct conf_state *st, const struct conf_key *k,
+			    const char *val, void *field)
+{
+	int v;
+
+	if (!strcmp(val, "policy"))
+		v = KVFS_REMOTE_ADMIT_POLICY;
+	else if (!strcmp(val, "all"))
+		v = KVFS_REMOTE_ADMIT_ALL;
+	else
+		return fail(st, st->lineno,
+			    "%s = '%s': expected policy or all", k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
+/* A duration in milliseconds: "250ms", "2s", or a bare number of ms. */
+static int set_remote_timeout(struct conf_state *st,
+			      const struct conf_key *k, const char *val,
+			      void *field)
+{
+	char num[16];
+	size_t n = strspn(val, "0123456789");
+	uint32_t v;
+	unsigned mul = 1;
+
+	if (!strcmp(val + n, "s"))
+		mul = 1000;
+	else if (*(val + n) && strcmp(val + n, "ms"))
+		n = 0;
+	if (!n || n >= sizeof(num))
+		goto bad;
+	memcpy(num, val, n);
+	num[n] = 0;
+	if (kvfs_util_parse_u32(num, &v) || v > 60000 / mul || !v)
+		goto bad;
+	v *= mul;
+	memcpy(field, &v, sizeof(v));
+	return 0;
+bad:
+	return fail(st, st->lineno,
+		    "%s = '%s': expected a duration in 1ms..60s (e.g. 200ms)",
+		    k->name, val);
+}
+
+#define REMOTE(kname, fn, field) \
+	{ kname, fn, offsetof(struct kvfs_conf, cache.remote.field), 0, 0, \
+	  sizeof(((struct kvfs_conf *)0)->cache.remote.field), false }
+
+static const struct conf_key remote_keys[] = {
+	REMOTE("backend", set_remote_backend, backend),
+	{ "nodes", set_remote_nodes, offsetof(struct kvfs_conf,
+					       cache.remote.nodes), 0, 0,
+	  sizeof(((struct kvfs_conf *)0)->cache.remote.nodes), true },
+	REMOTE("key_prefix", set_remote_prefix, key_prefix),
+	REMOTE("write", set_remote_write, write),
+	REMOTE("admit", set_remote_admit, admit),
+	REMOTE("timeout", set_remote_timeout, timeout_ms),
+	REMOTE("password", set_str, password),
+	{ NULL },
+};
+#undef REMOTE
+
+/* The section's presence turns the tier on (backend defaults to redis). */
+static int remote_begin(struct conf_state *st, const char *arg)
+{
+	st->c->cache.remote.backend = KVFS_REMOTE_REDIS;
+	return 0;
+}
+
 static const struct conf_section sections[] = {
 	{ .name = "daemon", .keys = daemon_keys, .target = conf_target },
 	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
@@ -696,6 +849,8 @@ static const struct conf_section sections[] = {
 	{ .name = "tier.gpu", .keys = gpu_keys, .target = conf_target,
 	  .end = gpu_end },
 	{ .name = "chunks", .keys = chunk_keys, .target = conf_target },
+	{ .name = "tier.remote", .keys = remote_keys, .target = conf_target,
+	  .begin = remote_begin },
 	{ .name = "policy", .keys = policy_keys, .target = conf_target,
 	  .other = policy_other },
 	{ .name = NS_PREFIX, .named = true, .keys = ns_keys,

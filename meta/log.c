@@ -75,3 +75,24 @@ void kvfs_log(int level, const char *fmt, ...)
 	if (write(atomic_load(&log_fd), line, (size_t)n) < 0)
 		return;
 }
+
+int kvfs_log_rl_ok(struct kvfs_log_rl *rl, unsigned interval_ms,
+		   unsigned long long *missed)
+{
+	struct timespec ts;
+	unsigned long long now, next;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (unsigned long long)ts.tv_sec * 1000000000ull +
+	      (unsigned long long)ts.tv_nsec;
+	next = atomic_load(&rl->next_ns);
+	/* One thread wins the slot; the others count as dropped. */
+	if (now < next || !atomic_compare_exchange_strong(
+				  &rl->next_ns, &next,
+				  now + interval_ms * 1000000ull)) {
+		atomic_fetch_add(&rl->missed, 1);
+		return 0;
+	}
+	*missed = atomic_exchange(&rl->missed, 0);
+	return 1;
+}

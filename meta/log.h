@@ -33,6 +33,24 @@ void kvfs_log_close(void);
 void kvfs_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/*
+ * A rate limit for lines about faults that can repeat many times a second
+ * (a network peer down): zero-initialise one per kind of fault.
+ */
+struct kvfs_log_rl {
+	_Atomic unsigned long long next_ns; /* monotonic: next line allowed */
+	_Atomic unsigned long long missed;  /* lines dropped since the last */
+};
+
+/*
+ * kvfs_log_rl_ok() - whether a line may be written now: at most one per
+ * @interval_ms. Returns 1 and sets *@missed to the lines dropped since
+ * the last one written, or 0 (the line is counted as dropped). Lock-free,
+ * any thread.
+ */
+int kvfs_log_rl_ok(struct kvfs_log_rl *rl, unsigned interval_ms,
+		   unsigned long long *missed);
+
 #define kvfs_err(...) kvfs_log(KVFS_LOG_ERR, __VA_ARGS__)
 #define kvfs_warn(...) kvfs_log(KVFS_LOG_WARN, __VA_ARGS__)
 #define kvfs_info(...) kvfs_log(KVFS_LOG_INFO, __VA_ARGS__)

@@ -10,31 +10,9 @@
 
 #include "cache/policy.h"
 #include "sim/sim.h"
+#include "sim/sim_i.h"
 #include "meta/log.h"
 #include "meta/util.h"
-
-#define NIL UINT32_MAX
-
-struct kvfs_sim {
-	uint32_t block_tokens;
-	/* tree nodes */
-	uint32_t nnodes, capnodes;
-	uint32_t *parent, *depth, *tokens, *first_child, *next_sibling;
-	uint64_t (*key)[2];
-	/* requests */
-	size_t nreq;
-	struct sim_req {
-		uint64_t ts_ms;
-		size_t off;        /* into path[] and next[] */
-		uint32_t len;
-		uint32_t tokens;   /* tokens of the prompt */
-		uint16_t type, turn;
-	} *req;
-	uint32_t *path;            /* node per request position */
-	uint64_t *next;            /* next request (1-based) using it */
-	size_t npath;
-	uint32_t maxlen;
-};
 
 static uint64_t mix64(uint64_t z)
 {

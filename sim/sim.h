@@ -117,4 +117,48 @@ uint64_t kvfs_sim_requests(const struct kvfs_sim *s);
 int kvfs_sim_run(struct kvfs_sim *s, const struct kvfs_sim_conf *c,
 		 struct kvfs_sim_stats *st);
 
+/*
+ * Fleet mode: @hosts hosts, each with a private cache of @host_cap blocks
+ * under its own instance of the policy, and optionally one tier shared
+ * by all of them (@shared_cap blocks, its own policy instance, as a Redis
+ * Cluster evicting by LRU). Requests go to a host round-robin or by
+ * prefix affinity (the hash of their first block). A request's hit is the
+ * longest prefix of blocks each resident in its host's cache or in the
+ * shared tier; the host then caches the whole path (a shared hit is
+ * loaded), and the blocks it had to compute are written to the shared
+ * tier (admit = all). Either capacity may be 0 (no private caches: one
+ * shared tier; no shared tier: private caches only).
+ */
+enum kvfs_fleet_route {
+	KVFS_FLEET_RR = 0,       /* request i to host i mod hosts */
+	KVFS_FLEET_AFFINITY = 1, /* by the first block's key */
+};
+
+struct kvfs_fleet_conf {
+	const char *policy;
+	const char *const *keys; /* policy options */
+	const char *const *vals;
+	size_t nopts;
+	unsigned hosts;
+	int route;            /* enum kvfs_fleet_route */
+	uint64_t host_cap;    /* blocks per host; 0 = none */
+	uint64_t shared_cap;  /* blocks; 0 = no shared tier */
+};
+
+struct kvfs_fleet_stats {
+	uint64_t requests, block_accesses;
+	uint64_t hit_blocks;   /* hit_local + hit_shared */
+	uint64_t hit_local;    /* found in the request's host */
+	uint64_t hit_shared;   /* found only in the shared tier */
+	uint64_t shared_writes; /* blocks written to the shared tier */
+};
+
+/*
+ * kvfs_sim_fleet_run() - replay the trace of @s over the fleet @c into
+ * @st (zeroed first). Returns 0, -EINVAL (no host, or neither capacity),
+ * -ENOMEM, or the error of kvfs_policy_new().
+ */
+int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
+		       struct kvfs_fleet_stats *st);
+
 #endif

@@ -34,6 +34,9 @@ struct opts {
 	double capacity_pct;
 	uint64_t tier[KVFS_NTIERS];
 	bool multi, json, sweep;
+	unsigned fleet;          /* hosts; 0 = not fleet mode */
+	int route;               /* enum kvfs_fleet_route; -1 = both */
+	const char *fleet_pcts;
 	struct kvfs_trace_gen g;
 	struct kvfs_sim_conf c;
 };
@@ -73,6 +76,11 @@ static void usage(FILE *f)
 "  --model-params N      parameters (8.03e9)\n"
 "  --layers N --hidden N --kv-heads N --head-dim N --dtype-bytes N\n"
 "                        (32, 4096, 8, 128, 2)\n"
+"fleet (several hosts, one shared tier; docs/remote.md):\n"
+"  --fleet N             N hosts: private caches of X%% of the unique\n"
+"                        blocks each, against a shared tier of N times X%%\n"
+"  --route R             rr or affinity (default: both)\n"
+"  --fleet-pcts LIST     X per host (1,2,5); policy: the first --policy (lru)\n"
 "output:\n"
 "  --json                one JSON object per policy per line\n", f);
 }
@@ -82,7 +90,7 @@ enum {
 	O_POLICY, O_OPT, O_CAP, O_CAPPCT, O_GPU, O_DRAM, O_SSD, O_PEVERY,
 	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
 	O_SSDBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
-	O_JSON, O_HELP,
+	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT,
 };
 
 static const struct option longopts[] = {
@@ -117,6 +125,9 @@ static const struct option longopts[] = {
 	{ "dtype-bytes", required_argument, NULL, O_DTYPE },
 	{ "json", no_argument, NULL, O_JSON },
 	{ "help", no_argument, NULL, O_HELP },
+	{ "fleet", required_argument, NULL, O_FLEET },
+	{ "route", required_argument, NULL, O_ROUTE },
+	{ "fleet-pcts", required_argument, NULL, O_FLEETPCT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -269,6 +280,23 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		case O_DTYPE: rc = parse_u32(name, optarg, &m->dtype_bytes);
 			break;
 		case O_JSON: o->json = true; break;
+		case O_FLEET: rc = parse_u32("fleet", optarg, &o->fleet);
+			if (!rc && (!o->fleet || o->fleet > 1024)) {
+				kvfs_err("kvfs-sim: --fleet wants 1..1024");
+				return -EINVAL;
+			}
+			break;
+		case O_ROUTE:
+			if (!strcmp(optarg, "rr"))
+				o->route = KVFS_FLEET_RR;
+			else if (!strcmp(optarg, "affinity"))
+				o->route = KVFS_FLEET_AFFINITY;
+			else {
+				kvfs_err("kvfs-sim: --route rr or affinity");
+				return -EINVAL;
+			}
+			break;
+		case O_FLEETPCT: o->fleet_pcts = optarg; break;
 		case 'h': case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
@@ -538,9 +566,72 @@ out_close:
 	return plot(csv, png, pol, npol, o->trace ? o->trace : o->gen);
 }
 
+/*
+ * The fleet table: for each per-host share X of the unique blocks, the
+ * block hit ratio of private caches (each routing), of one shared tier of
+ * the same total size, and of both together.
+ */
+static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
+{
+	const char *keys[MAX_OPTS], *vals[MAX_OPTS];
+	const char *p = o->fleet_pcts ? o->fleet_pcts : "1,2,5";
+	uint64_t uniq = kvfs_sim_unique_blocks(s);
+	struct kvfs_fleet_conf c = { .policy = pol, .keys = keys,
+				     .vals = vals, .hosts = o->fleet };
+
+	c.nopts = policy_opts(o, pol, keys, vals);
+	printf("| per host | hosts | policy | private rr | private affinity "
+	       "| shared only (hosts x per host) | private + shared (rr) "
+	       "| of which shared |\n"
+	       "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+	while (*p) {
+		char *end;
+		double pct = strtod(p, &end);
+		double r[4] = { 0 }, via_shared = 0;
+		struct kvfs_fleet_stats st;
+		uint64_t cap;
+		int ret;
+
+		if (end == p || pct <= 0 || pct > 100 ||
+		    (*end && *end != ',')) {
+			kvfs_err("kvfs-sim: bad --fleet-pcts '%s'", p);
+			return -EINVAL;
+		}
+		p = *end ? end + 1 : end;
+		cap = (uint64_t)llround(pct * (double)uniq / 100.0);
+		cap = cap ? cap : 1;
+		for (int k = 0; k < 4; k++) {
+			c.route = k == 1 ? KVFS_FLEET_AFFINITY : KVFS_FLEET_RR;
+			if (o->route >= 0 && k < 2 && c.route != o->route) {
+				r[k] = -1;
+				continue;
+			}
+			c.host_cap = k == 2 ? 0 : cap;
+			c.shared_cap = k >= 2 ? cap * o->fleet : 0;
+			ret = kvfs_sim_fleet_run(s, &c, &st);
+			if (ret)
+				return ret;
+			r[k] = ratio(st.hit_blocks, st.block_accesses);
+			if (k == 3)
+				via_shared = ratio(st.hit_shared,
+						   st.block_accesses);
+		}
+		printf("| %g%% | %u | %s |", pct, o->fleet, pol);
+		for (int k = 0; k < 4; k++) {
+			if (r[k] < 0)
+				printf(" - |");
+			else
+				printf(" %.1f%% |", 100 * r[k]);
+		}
+		printf(" %.1f%% |\n", 100 * via_shared);
+		fflush(stdout);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	struct opts o = { 0 };
+	struct opts o = { .route = -1 };
 	struct kvfs_trace t;
 	struct kvfs_sim *s = NULL;
 	const char *pol[MAX_POLICIES];
@@ -596,6 +687,10 @@ int main(int argc, char **argv)
 	}
 	if (o.sweep) {
 		ret = sweep(&o, s, pol, npol);
+		goto out_sim;
+	}
+	if (o.fleet) {
+		ret = fleet(&o, s, o.npolicy ? pol[0] : "lru");
 		goto out_sim;
 	}
 	if (o.capacity_pct && !o.capacity) {

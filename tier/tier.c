@@ -22,6 +22,8 @@ void kvfs_tier_free(struct kvfs_tier *t)
 
 const char *kvfs_tier_name(int id)
 {
+	if (id == KVFS_TIER_REMOTE)
+		return "remote";
 	if (id < 0 || id >= KVFS_NTIERS)
 		return "?";
 	return tier_names[id];

@@ -41,6 +41,11 @@ enum kvfs_tier_id {
 	KVFS_TIER_DRAM = 1,
 	KVFS_TIER_SSD = 2,
 	KVFS_NTIERS = 3,
+	/* The tier shared across hosts (tier/tier_remote.h): addressed by
+	 * key, not a slot of the engine's tier array nor a policy's (so
+	 * not next to them: KVFS_NTIERS stays a count).
+	 */
+	KVFS_TIER_REMOTE = 8,
 };
 
 struct kvfs_extent {
@@ -252,9 +257,13 @@ int kvfs_tier_ssd_init(const char *path, uint64_t data_off, uint64_t size,
 /* Release @t; NULL is a no-op. */
 void kvfs_tier_free(struct kvfs_tier *t);
 
-/* Name of a tier id: "gpu", "dram", "ssd"; "?" for any other id. */
+/* Name of a tier id: "gpu", "dram", "ssd", "remote"; "?" for any other
+ * id.
+ */
 const char *kvfs_tier_name(int id);
-/* Parse a tier name. Returns the id or -EINVAL. */
+/* Parse the name of a local tier (not "remote"). Returns the id or
+ * -EINVAL.
+ */
 int kvfs_tier_parse(const char *name);
 
 /* Helpers for tier backends (tier/ and the device tiers of gpu/). */

@@ -773,6 +773,69 @@ static void test_dram_pinned(void **state)
 		   4, "expected none, shm or cuda");
 }
 
+/* [tier.remote]: off without the section; the issue's example; every
+ * key's errors.
+ */
+static void test_tier_remote(void **state)
+{
+	expect_ok("[tier.dram]\ncapacity = 1M\n");
+	assert_int_equal(conf->cache.remote.backend, KVFS_REMOTE_NONE);
+	expect_ok("[tier.remote]\n"
+		  "backend = redis\n"
+		  "nodes = 10.0.0.5:6379,10.0.0.6:6379   ; seeds\n"
+		  "key_prefix = kvfs                      ; fleets\n"
+		  "write = back\n"
+		  "admit = policy\n"
+		  "timeout = 200ms\n"
+		  "password =\n");
+	assert_int_equal(conf->cache.remote.backend, KVFS_REMOTE_REDIS);
+	assert_string_equal(conf->cache.remote.nodes,
+			    "10.0.0.5:6379,10.0.0.6:6379");
+	assert_string_equal(conf->cache.remote.key_prefix, "kvfs");
+	assert_int_equal(conf->cache.remote.write, KVFS_REMOTE_WRITE_BACK);
+	assert_int_equal(conf->cache.remote.admit, KVFS_REMOTE_ADMIT_POLICY);
+	assert_int_equal(conf->cache.remote.timeout_ms, 200);
+	assert_string_equal(conf->cache.remote.password, "");
+	/* Only nodes is needed; the rest has defaults. */
+	expect_ok("[tier.remote]\nnodes = localhost:7000\nwrite = through\n"
+		  "admit = all\ntimeout = 2s\nkey_prefix = fleet-A.1\n"
+		  "password = s3cret\n");
+	assert_int_equal(conf->cache.remote.backend, KVFS_REMOTE_REDIS);
+	assert_int_equal(conf->cache.remote.write, KVFS_REMOTE_WRITE_THROUGH);
+	assert_int_equal(conf->cache.remote.admit, KVFS_REMOTE_ADMIT_ALL);
+	assert_int_equal(conf->cache.remote.timeout_ms, 2000);
+	assert_string_equal(conf->cache.remote.key_prefix, "fleet-A.1");
+	assert_string_equal(conf->cache.remote.password, "s3cret");
+	expect_ok("[tier.remote]\nnodes = h:1\nwrite = off\ntimeout = 50\n");
+	assert_int_equal(conf->cache.remote.write, KVFS_REMOTE_WRITE_OFF);
+	assert_int_equal(conf->cache.remote.timeout_ms, 50);
+	assert_string_equal(conf->cache.remote.key_prefix, "kvfs");
+
+	expect_err("[tier.remote]\nwrite = back\n", 1,
+		   "missing required key 'nodes'");
+	expect_err("[tier.remote]\nnodes = h:1\nbackend = memcached\n", 3,
+		   "expected redis");
+	expect_err("[tier.remote]\nnodes = h\n", 2, "'h' is not host:port");
+	expect_err("[tier.remote]\nnodes = h:1,,h:2\n", 2, "not host:port");
+	expect_err("[tier.remote]\nnodes = h:70000\n", 2, "not host:port");
+	expect_err("[tier.remote]\nnodes = h:1\nkey_prefix = a:b\n", 3,
+		   "expected 1..63 of [A-Za-z0-9._-]");
+	expect_err("[tier.remote]\nnodes = h:1\nkey_prefix =\n", 3,
+		   "key_prefix");
+	expect_err("[tier.remote]\nnodes = h:1\nwrite = later\n", 3,
+		   "expected back, through or off");
+	expect_err("[tier.remote]\nnodes = h:1\nadmit = some\n", 3,
+		   "expected policy or all");
+	expect_err("[tier.remote]\nnodes = h:1\ntimeout = 0ms\n", 3,
+		   "duration in 1ms..60s");
+	expect_err("[tier.remote]\nnodes = h:1\ntimeout = 61s\n", 3,
+		   "duration");
+	expect_err("[tier.remote]\nnodes = h:1\ntimeout = 1m\n", 3,
+		   "duration");
+	expect_err("[tier.remote]\nnodes = h:1\n[tier.remote]\n", 3,
+		   "duplicate section [tier.remote]");
+}
+
 /* The documented example at the repository root must stay valid. */
 static void test_example_conf(void **state)
 {
@@ -810,6 +873,7 @@ int main(void)
 		cmocka_unit_test(test_hcache_errors),
 		cmocka_unit_test(test_gpu_restore),
 		cmocka_unit_test(test_dram_pinned),
+		cmocka_unit_test(test_tier_remote),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

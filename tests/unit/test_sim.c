@@ -280,6 +280,94 @@ static void test_prefix_identity(void **state)
 	kvfs_trace_release(&t);
 }
 
+static struct kvfs_fleet_stats fleet_run(struct kvfs_sim *s, unsigned hosts,
+					 int route, uint64_t host_cap,
+					 uint64_t shared_cap)
+{
+	struct kvfs_fleet_conf c = { .policy = "lru", .hosts = hosts,
+				     .route = route, .host_cap = host_cap,
+				     .shared_cap = shared_cap };
+	struct kvfs_fleet_stats st;
+
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, st.hit_local + st.hit_shared);
+	return st;
+}
+
+/*
+ * Fleet mode on the small trace, by hand, and its identities: one host
+ * is the single-cache replay; a shared tier alone sees every request.
+ */
+static void test_fleet_hand(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_stats one = run(s, "lru", 4, 0);
+	struct kvfs_fleet_stats f;
+	struct kvfs_fleet_conf bad = { .policy = "lru", .hosts = 2 };
+
+	/* One host of 4 blocks: the single-tier replay's 4 hits. */
+	f = fleet_run(s, 1, KVFS_FLEET_RR, 4, 0);
+	assert_int_equal(f.requests, 4);
+	assert_int_equal(f.block_accesses, 10);
+	assert_int_equal(f.hit_blocks, one.hit_blocks);
+	/* A shared tier alone is the same cache, whatever the hosts. */
+	f = fleet_run(s, 4, KVFS_FLEET_RR, 0, 4);
+	assert_int_equal(f.hit_blocks, one.hit_blocks);
+	assert_int_equal(f.hit_local, 0);
+	/* Two hosts round-robin: r1 (1 2 3) and r3 (5) on host 0, r2 (1 2 4)
+	 * and r4 (1 2 3) on host 1: only r4 hits, 1 and 2.
+	 */
+	f = fleet_run(s, 2, KVFS_FLEET_RR, 4, 0);
+	assert_int_equal(f.hit_blocks, 2);
+	/* With a shared tier, r2 finds 1 2 there, r4 finds 1 2 on host 1
+	 * and 3 in the shared tier.
+	 */
+	f = fleet_run(s, 2, KVFS_FLEET_RR, 4, 8);
+	assert_int_equal(f.hit_blocks, 5);
+	assert_int_equal(f.hit_local, 2);
+	assert_int_equal(f.hit_shared, 3);
+	assert_int_equal(f.shared_writes, 5); /* 1 2 3, 4, 5 */
+	/* Affinity: every request starting with block 1 on one host, so
+	 * at least the single cache's hits (5 when r3 went elsewhere).
+	 */
+	f = fleet_run(s, 8, KVFS_FLEET_AFFINITY, 4, 0);
+	assert_true(f.hit_blocks >= one.hit_blocks);
+	assert_int_equal(kvfs_sim_fleet_run(s, &bad, &f), -EINVAL);
+	bad.hosts = 0;
+	bad.host_cap = 1;
+	assert_int_equal(kvfs_sim_fleet_run(s, &bad, &f), -EINVAL);
+	kvfs_sim_free(s);
+}
+
+/* On a generated workload, hosts that share one tier beat private
+ * caches of the same total size under round-robin routing.
+ */
+static void test_fleet_shared_wins(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+	struct kvfs_fleet_stats priv, shared, both, aff;
+	uint64_t cap;
+
+	kvfs_trace_gen_defaults(&g);
+	g.docs = 40;
+	g.requests = 800;
+	assert_int_equal(kvfs_trace_gen_zipf_docqa(&g, &t), 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	kvfs_trace_release(&t);
+	cap = kvfs_sim_unique_blocks(s) / 20;
+	priv = fleet_run(s, 8, KVFS_FLEET_RR, cap, 0);
+	aff = fleet_run(s, 8, KVFS_FLEET_AFFINITY, cap, 0);
+	shared = fleet_run(s, 8, KVFS_FLEET_RR, 0, 8 * cap);
+	both = fleet_run(s, 8, KVFS_FLEET_RR, cap, 8 * cap);
+	assert_true(shared.hit_blocks > priv.hit_blocks);
+	assert_true(aff.hit_blocks > priv.hit_blocks);
+	assert_true(both.hit_blocks >= priv.hit_blocks);
+	assert_true(both.hit_shared > 0);
+	kvfs_sim_free(s);
+}
+
 static void test_gen_docqa(void **state)
 {
 	struct kvfs_trace_gen g;
@@ -403,6 +491,8 @@ int main(void)
 		cmocka_unit_test(test_gen_docqa),
 		cmocka_unit_test(test_gen_fewshot_roundtrip),
 		cmocka_unit_test(test_fewshot_gap),
+		cmocka_unit_test(test_fleet_hand),
+		cmocka_unit_test(test_fleet_shared_wins),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvfs-sim fleet mode (sim/sim.h): several hosts, each with a private
+ * cache, and one tier they share. Every cache is its own instance of the
+ * policy over one tier, on its own copy of the prefix tree's nodes, so
+ * the daemon's policy code decides what each keeps.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/policy.h"
+#include "sim/sim.h"
+#include "sim/sim_i.h"
+
+#define T KVFS_TIER_DRAM /* the one tier of every cache */
+
+struct fnode {
+	struct kvfs_pnode pn; /* first: a pnode pointer is an fnode one */
+	uint64_t pin; /* request (1-based) holding the block */
+};
+
+/* One cache: a host's, or the shared tier. */
+struct fcache {
+	struct kvfs_policy *p;
+	struct fnode *nodes;
+	uint64_t cur; /* the request in flight, pinned */
+};
+
+struct fleet {
+	const struct kvfs_sim *s;
+	struct kvfs_paccess a;
+	uint32_t *stack; /* orphan walk */
+};
+
+static bool fleet_ok(struct kvfs_pnode *n, void *arg)
+{
+	const struct fcache *c = arg;
+
+	return ((struct fnode *)n)->pin != c->cur;
+}
+
+/* @v and its resident descendants leave @c (a descendant without its
+ * parent could never be hit, and prefix-aware policies rely on it).
+ */
+static void fleet_discard(struct fleet *f, struct fcache *c,
+			  struct kvfs_pnode *v)
+{
+	const struct kvfs_sim *s = f->s;
+	size_t sp = 0;
+
+	kvfs_policy_forget(c->p, v);
+	f->stack[sp++] = (uint32_t)((struct fnode *)v - c->nodes);
+	while (sp) {
+		uint32_t n = f->stack[--sp];
+
+		for (uint32_t ch = s->first_child[n]; ch != NIL;
+		     ch = s->next_sibling[ch]) {
+			if (!c->nodes[ch].pn.tiers)
+				continue;
+			kvfs_policy_forget(c->p, &c->nodes[ch].pn);
+			f->stack[sp++] = ch;
+		}
+	}
+}
+
+/* Room for one block in @c. 0 or -ENOSPC. */
+static int fleet_room(struct fleet *f, struct fcache *c)
+{
+	while (c->p->used[T] + 1 > c->p->capacity[T]) {
+		struct kvfs_pnode *v = kvfs_policy_victim(c->p, T, fleet_ok, c);
+
+		if (!v || !fleet_ok(v, c))
+			return -ENOSPC;
+		fleet_discard(f, c, v);
+	}
+	return 0;
+}
+
+/* Cache path nodes @idx[from..n) in @c, in order, skipping resident ones;
+ * stops at the first that finds no room. Returns the blocks inserted.
+ */
+static uint64_t fleet_fill(struct fleet *f, struct fcache *c,
+			   const uint32_t *idx, uint32_t from, uint32_t n)
+{
+	uint64_t k = 0;
+
+	for (uint32_t j = from; j < n; j++) {
+		struct kvfs_pnode *x = &c->nodes[idx[j]].pn;
+
+		if (x->tiers)
+			continue;
+		if (fleet_room(f, c) || (x->parent && !x->parent->tiers))
+			break;
+		kvfs_policy_insert(c->p, T, x, &f->a);
+		k++;
+	}
+	return k;
+}
+
+static void fleet_access(struct fleet *f, struct fcache *c,
+			 struct kvfs_pnode **P, uint32_t n)
+{
+	if (!n)
+		return;
+	f->a.hit = true;
+	kvfs_policy_access(c->p, P, n, &f->a);
+	f->a.hit = false;
+}
+
+static void fcache_free(struct fcache *c)
+{
+	kvfs_policy_free(c->p);
+	free(c->nodes);
+}
+
+static int fcache_init(const struct kvfs_sim *s,
+		       const struct kvfs_fleet_conf *cf, uint64_t cap,
+		       struct fcache *c)
+{
+	uint64_t caps[KVFS_NTIERS] = { 0 };
+	int ret;
+
+	caps[T] = cap;
+	ret = kvfs_policy_new(cf->policy, cf->keys, cf->vals, cf->nopts, caps,
+			      &c->p);
+	if (ret)
+		return ret;
+	c->nodes = calloc(s->nnodes ? s->nnodes : 1, sizeof(*c->nodes));
+	if (!c->nodes)
+		return -ENOMEM;
+	for (uint32_t n = 0; n < s->nnodes; n++) {
+		struct kvfs_pnode *x = &c->nodes[n].pn;
+
+		memcpy(x->key, s->key[n], 16);
+		x->parent = s->parent[n] == NIL ? NULL :
+						  &c->nodes[s->parent[n]].pn;
+		x->depth = s->depth[n];
+		x->tokens = s->tokens[n];
+		x->size = 1;
+		x->next_use = UINT64_MAX;
+	}
+	return 0;
+}
+
+static unsigned fleet_host(const struct kvfs_sim *s,
+			   const struct kvfs_fleet_conf *c, size_t i)
+{
+	const struct sim_req *q = &s->req[i];
+
+	if (c->route == KVFS_FLEET_AFFINITY && q->len)
+		return (unsigned)(s->key[s->path[q->off]][0] % c->hosts);
+	return (unsigned)(i % c->hosts);
+}
+
+/* One request at host cache @h (NULL: none) with shared cache @sh. */
+static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
+			  size_t i, struct kvfs_pnode **PL,
+			  struct kvfs_pnode **PS, struct kvfs_fleet_stats *st)
+{
+	const struct kvfs_sim *s = f->s;
+	const struct sim_req *q = &s->req[i];
+	const uint32_t *idx = &s->path[q->off];
+	uint32_t n = q->len, hit = 0, nl = 0, ns = 0;
+
+	f->a.now = q->ts_ms;
+	f->a.request = i + 1;
+	for (uint32_t j = 0; j < n; j++) {
+		if (h) {
+			h->nodes[idx[j]].pin = i + 1;
+			h->nodes[idx[j]].pn.next_use = s->next[q->off + j];
+		}
+		if (sh) {
+			sh->nodes[idx[j]].pin = i + 1;
+			sh->nodes[idx[j]].pn.next_use = s->next[q->off + j];
+		}
+	}
+	if (h)
+		h->cur = i + 1;
+	if (sh)
+		sh->cur = i + 1;
+	for (; hit < n; hit++) {
+		struct kvfs_pnode *l = h ? &h->nodes[idx[hit]].pn : NULL;
+		struct kvfs_pnode *r = sh ? &sh->nodes[idx[hit]].pn : NULL;
+
+		if (l && l->tiers) {
+			PL[nl++] = l;
+			st->hit_local++;
+		} else if (r && r->tiers) {
+			PS[ns++] = r;
+			st->hit_shared++;
+		} else {
+			break;
+		}
+	}
+	st->requests++;
+	st->block_accesses += n;
+	st->hit_blocks += hit;
+	if (h) {
+		fleet_access(f, h, PL, nl);
+		/* shared hits are loaded, misses computed: all cached */
+		fleet_fill(f, h, idx, 0, n);
+		kvfs_policy_tick(h->p, &f->a);
+		h->cur = 0;
+	}
+	if (sh) {
+		fleet_access(f, sh, PS, ns);
+		/* what the host computed is written back */
+		st->shared_writes += fleet_fill(f, sh, idx, hit, n);
+		kvfs_policy_tick(sh->p, &f->a);
+		sh->cur = 0;
+	}
+}
+
+int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
+		       struct kvfs_fleet_stats *st)
+{
+	struct fleet f = { .s = s };
+	struct fcache *host = NULL, shared = { 0 };
+	struct kvfs_pnode **PL = NULL, **PS = NULL;
+	int ret = -EINVAL;
+
+	memset(st, 0, sizeof(*st));
+	if (!c->hosts || (!c->host_cap && !c->shared_cap))
+		return -EINVAL;
+	ret = -ENOMEM;
+	f.stack = malloc((s->nnodes ? s->nnodes : 1) * sizeof(*f.stack));
+	PL = malloc((s->maxlen ? s->maxlen : 1) * sizeof(*PL));
+	PS = malloc((s->maxlen ? s->maxlen : 1) * sizeof(*PS));
+	if (c->host_cap)
+		host = calloc(c->hosts, sizeof(*host));
+	if (!f.stack || !PL || !PS || (c->host_cap && !host))
+		goto out_free;
+	for (unsigned i = 0; host && i < c->hosts; i++) {
+		ret = fcache_init(s, c, c->host_cap, &host[i]);
+		if (ret)
+			goto out_free;
+	}
+	if (c->shared_cap) {
+		ret = fcache_init(s, c, c->shared_cap, &shared);
+		if (ret)
+			goto out_free;
+	}
+	for (size_t i = 0; i < s->nreq; i++)
+		fleet_request(&f, host ? &host[fleet_host(s, c, i)] : NULL,
+			      c->shared_cap ? &shared : NULL, i, PL, PS, st);
+	ret = 0;
+out_free:
+	for (unsigned i = 0; host && i < c->hosts; i++)
+		fcache_free(&host[i]);
+	fcache_free(&shared);
+	free(host);
+	free(PS);
+	free(PL);
+	free(f.stack);
+	return ret;
+}

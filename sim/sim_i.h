@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The simulator's prefix tree and request paths (struct kvfs_sim), shared
+ * by the single-host replay (sim/sim.c) and the fleet (sim/fleet.c).
+ * Included only from sim/. Built once by kvfs_sim_new(), read-only after.
+ */
+#ifndef KVFS_SIM_SIM_I_H
+#define KVFS_SIM_SIM_I_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIL UINT32_MAX /* no node */
+
+struct kvfs_sim {
+	uint32_t block_tokens;
+	/* tree nodes */
+	uint32_t nnodes, capnodes;
+	uint32_t *parent, *depth, *tokens, *first_child, *next_sibling;
+	uint64_t (*key)[2];
+	/* requests */
+	size_t nreq;
+	struct sim_req {
+		uint64_t ts_ms;
+		size_t off; /* into path[] and next[] */
+		uint32_t len;
+		uint32_t tokens; /* tokens of the prompt */
+		uint16_t type, turn;
+	} * req;
+	uint32_t *path; /* node per request position */
+	uint64_t *next; /* next request (1-based) using it */
+	size_t npath;
+	uint32_t maxlen;
+};
+
+#endif
