@@ -106,6 +106,21 @@ void kvfs_ctl_close(struct kvfs_ctl_session *s);
 int kvfs_ctl_pin_admit(struct kvfs_cache *c, struct kvfs_block *b, int tier);
 
 /*
+ * kvfs_ctl_quota_admit() - make room for a block of @bytes about to be
+ * committed in @ns, under the namespace's quota (its stored bytes): over
+ * it, the namespace's own blocks that are neither pinned nor leased are
+ * deleted, least recently used first, never another namespace's. Counts
+ * the bytes as stored.
+ * Returns 0 (also without a quota), -EDQUOT (logged: the block is larger
+ * than the quota, or what is left of the namespace is pinned or leased;
+ * blocks already deleted to make room stay deleted), or -ENOMEM / a
+ * deletion's -errno. Takes a lock of its own, then the
+ * cache's (kvfs_block_delete()).
+ */
+int kvfs_ctl_quota_admit(struct kvfs_cache *c, struct kvfs_ns *ns,
+			 uint64_t bytes);
+
+/*
  * kvfs_ctl_exec() - run one request.
  * @cr:          who sent it. Leases are owned by the process of cr->pid.
  *               Each operation is checked against the namespace's owner,

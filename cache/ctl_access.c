@@ -2,14 +2,11 @@
 /*
  * Who may do what in a namespace (docs/ctl.md, "Permissions"): the
  * owner, group and mode a namespace has in the config, judged as for a
- * file; the caller's filesystem identity around the opening of client
- * memory; and the pin quota. The bottom of the control files
- * (cache/ctl_i.h): it calls none of the others.
+ * file; and the caller's filesystem identity around the opening of client
+ * memory. At the bottom of the control files (cache/ctl_i.h): it calls
+ * none of the others.
  */
 #include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/syscall.h>
@@ -23,8 +20,8 @@
  */
 #define NS_MODE_DEFAULT 0755
 
-static const struct kvfs_ns_params *ns_params(struct kvfs_cache *c,
-					      const struct kvfs_ns *ns)
+const struct kvfs_ns_params *kvfs_ctl_ns_params(struct kvfs_cache *c,
+						const struct kvfs_ns *ns)
 {
 	const char *name = kvfs_ns_name(ns);
 
@@ -37,7 +34,7 @@ static const struct kvfs_ns_params *ns_params(struct kvfs_cache *c,
 void kvfs_ctl_ns_owner(struct kvfs_cache *c, const struct kvfs_ns *ns,
 		       struct kvfs_ctl_owner *o)
 {
-	const struct kvfs_ns_params *p = ns_params(c, ns);
+	const struct kvfs_ns_params *p = kvfs_ctl_ns_params(c, ns);
 
 	o->admin = (uint32_t)getuid();
 	o->uid = p && p->acc.has_uid ? p->acc.uid : (uint32_t)getuid();
@@ -50,14 +47,14 @@ static bool in_groups(struct kvfs_ctl_creds *cr, uint32_t gid)
 	if (cr->gid == gid)
 		return true;
 	if (cr->n_groups < 0) {
-		int n = cr->get_groups ?
-				cr->get_groups(cr->arg, cr->groups,
-					       KVFS_CTL_CREDS_GROUPS) :
-				0;
+		int n = cr->get_groups ? cr->get_groups(cr->arg, cr->groups,
+							KVFS_CTL_CREDS_GROUPS) :
+					 0;
 
 		cr->n_groups = n < 0 ? 0 :
-			       n > KVFS_CTL_CREDS_GROUPS ? KVFS_CTL_CREDS_GROUPS :
-							   n;
+			       n > KVFS_CTL_CREDS_GROUPS ?
+				       KVFS_CTL_CREDS_GROUPS :
+				       n;
 	}
 	for (int i = 0; i < cr->n_groups; i++)
 		if (cr->groups[i] == gid)
@@ -130,7 +127,8 @@ int kvfs_ctl_ident_enter(struct kvfs_ctl_creds *cr, struct kvfs_ctl_ident *id)
 	    (uint32_t)setfsgid((gid_t)-1) != cr->gid) {
 		kvfs_ctl_ident_leave(id);
 		kvfs_err("ctl: cannot take on uid %u gid %u to open client "
-			 "memory", cr->uid, cr->gid);
+			 "memory",
+			 cr->uid, cr->gid);
 		return -EACCES;
 	}
 	return 0;
@@ -146,86 +144,4 @@ void kvfs_ctl_ident_leave(struct kvfs_ctl_ident *id)
 		kvfs_err("ctl: cannot restore the daemon's groups: %s",
 			 strerror(errno));
 	id->on = false;
-}
-
-/* ------------------------------------------------------------ pin quota */
-
-/* Serialises the admission of pins into namespaces with a pin quota:
- * two pins may not both fit in the room of one.
- */
-static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
-
-struct ino_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int collect_ino(const char *name, uint64_t ino, void *arg)
-{
-	struct ino_list *l = arg;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		uint64_t *nv = realloc(l->v, cap * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		l->v = nv;
-		l->cap = cap;
-	}
-	l->v[l->n++] = ino;
-	return 0;
-}
-
-/* Bytes of @ns's blocks pinned in any tier. Walks the namespace: a PIN
- * in a namespace with a quota is rare enough to pay for it.
- */
-static int pinned_bytes(struct kvfs_cache *c, struct kvfs_ns *ns,
-			uint64_t *out)
-{
-	struct ino_list l = { 0 };
-	int rc;
-
-	*out = 0;
-	rc = kvfs_ns_list(ns, 0, collect_ino, &l);
-	for (size_t i = 0; !rc && i < l.n; i++) {
-		struct kvfs_block_info bi;
-		struct kvfs_block *b;
-
-		if (kvfs_cache_get(c, l.v[i], &b))
-			continue;
-		kvfs_block_info(b, &bi);
-		if (bi.pins)
-			*out += bi.size;
-		kvfs_cache_put(c, b);
-	}
-	free(l.v);
-	return rc < 0 ? rc : 0;
-}
-
-int kvfs_ctl_pin_admit(struct kvfs_cache *c, struct kvfs_block *b, int tier)
-{
-	struct kvfs_ns *ns = kvfs_block_ns(b);
-	const struct kvfs_ns_params *p = ns_params(c, ns);
-	struct kvfs_block_info bi;
-	uint64_t used;
-	int rc;
-
-	if (!p || !p->acc.pin_quota)
-		return kvfs_cache_pin(c, b, tier);
-	pthread_mutex_lock(&pin_lock);
-	kvfs_block_info(b, &bi);
-	/* A pinned block moving to another tier pins no more bytes. */
-	rc = bi.pins ? 0 : pinned_bytes(c, ns, &used);
-	if (!rc && !bi.pins && used + bi.size > p->acc.pin_quota) {
-		kvfs_warn("namespace %s: pinning %" PRIu64 " more bytes would "
-			  "pass its pin_quota (%" PRIu64 " of %" PRIu64
-			  " pinned): refused", kvfs_ns_name(ns), bi.size, used,
-			  p->acc.pin_quota);
-		rc = -EDQUOT;
-	}
-	if (!rc)
-		rc = kvfs_cache_pin(c, b, tier);
-	pthread_mutex_unlock(&pin_lock);
-	return rc;
 }

@@ -381,7 +381,10 @@ int kvfs_ctl_save(struct kvfs_ctl_ctx *x)
 	rc = kvfs_cache_create(x->c, x->ns, name, &p);
 	if (!rc)
 		rc = kvfs_cache_write(p, 0, buf, size);
-	if (!rc) {
+	/* Room under the namespace's quota, from its own blocks. */
+	if (!rc && (rc = kvfs_ctl_quota_admit(x->c, x->ns, size))) {
+		kvfs_cache_abandon(x->c, p);
+	} else if (!rc) {
 		rc = kvfs_cache_commit(x->c, p, &b);
 		p = NULL;
 		if (!rc)

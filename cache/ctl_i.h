@@ -3,7 +3,8 @@
  * Internals shared by the control-file files (cache/ctl*.c); included only
  * from them. Bottom to top, each file calls only those below it:
  *
- *   ctl_access.c   permissions, the caller's identity, the pin quota
+ *   ctl_access.c   permissions, the caller's identity
+ *   ctl_quota.c    pin_quota and quota
  *   ctl_check.c    a request: its checks, its decoding, its context
  *   ctl_sync.c     delivery into the caller: sync words, kept peer, stage
  *   ctl_spec.c     speculative chunk loads and the token that calls them off
@@ -119,6 +120,13 @@ static inline const uint8_t *kvfs_ctl_key_at(const struct kvfs_ctl_ctx *x,
 }
 
 /* ----------------------------------------------------------- ctl_access.c */
+
+/*
+ * kvfs_ctl_ns_params() - the config's parameters of @ns, or NULL for a
+ * namespace that is only stored. No locks (read-only once open).
+ */
+const struct kvfs_ns_params *kvfs_ctl_ns_params(struct kvfs_cache *c,
+						const struct kvfs_ns *ns);
 
 /* The daemon's filesystem identity, saved while a thread opens client
  * memory as the caller. Owned by that thread.

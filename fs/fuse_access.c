@@ -43,7 +43,8 @@ int kvfs_fuse_may(fuse_req_t req, const struct kvfs_ns *ns, unsigned want,
 	if (!kvfs_ctl_ns_may(kvfs_fuse_fs(req)->c, ns, &cr, want))
 		return 0;
 	kvfs_warn("uid %u may not %s in namespace %s: no %s permission "
-		  "(EACCES)", cr.uid, what, kvfs_ns_name(ns),
+		  "(EACCES)",
+		  cr.uid, what, kvfs_ns_name(ns),
 		  want & KVFS_CTL_MAY_WRITE ? "write" : "read");
 	return -EACCES;
 }

@@ -50,6 +50,7 @@ struct kvfs_fh {
 	pthread_mutex_t lock;        /* FH_WRITE: guards p, b, rc */
 	struct kvfs_reader r;        /* FH_READ */
 	struct kvfs_pending *p;      /* FH_WRITE before commit */
+	struct kvfs_ns *ns;          /* FH_WRITE: where it is written */
 	struct kvfs_block *b;        /* FH_WRITE after commit */
 	int rc;                      /* FH_WRITE: the commit's result */
 	uint32_t uid, gid;           /* FH_WRITE: the writer, who owns the file
@@ -595,6 +596,7 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	fh->p = p;
+	fh->ns = ns;
 	fh->uid = (uint32_t)fuse_req_ctx(req)->uid;
 	fh->gid = (uint32_t)fuse_req_ctx(req)->gid;
 	memset(&e, 0, sizeof(e));
@@ -775,7 +777,15 @@ static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static int fh_commit(struct kvfs_fs *fs, struct kvfs_fh *fh)
 {
 	if (fh->p) {
-		fh->rc = kvfs_cache_commit(fs->c, fh->p, &fh->b);
+		/* Room under the namespace's quota first, made from its own
+		 * blocks: over it with nothing to evict, close fails (EDQUOT).
+		 */
+		fh->rc = kvfs_ctl_quota_admit(fs->c, fh->ns,
+					      kvfs_pending_size(fh->p));
+		if (fh->rc)
+			kvfs_cache_abandon(fs->c, fh->p);
+		else
+			fh->rc = kvfs_cache_commit(fs->c, fh->p, &fh->b);
 		fh->p = NULL;
 	}
 	return fh->rc;

@@ -95,12 +95,11 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 }
 
 static const char *const block_xattrs[] = {
-	"tier", "tokens", "parent", "hits", "last_access", "depth",
-	"durable", "category", "leases", "pin", "stored_as", "stored_bytes",
+	"tier",	   "tokens",   "parent", "hits", "last_access", "depth",
+	"durable", "category", "leases", "pin",	 "stored_as",	"stored_bytes",
 };
 
-static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,
-		    size_t len)
+static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v, size_t len)
 {
 	const struct kvfs_geom *g = kvfs_ns_geom(ns);
 	char hex[KVFS_KEY_HEX_LEN + 1];
@@ -110,12 +109,13 @@ static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,
 		return snprintf(v, len, "%s", hex);
 	}
 	if (!strcmp(name, XATTR_PREFIX "geometry"))
-		return snprintf(v, len,
-				"layers=%u kv_heads=%u head_dim=%u dtype=%s "
-				"block_tokens=%u chunk_tokens=%u hidden_size=%u",
-				g->n_layers, g->n_kv_heads, g->head_dim,
-				kvfs_fmt_dtype_name(g->dtype), g->block_tokens,
-				g->chunk_tokens, g->hidden_size);
+		return snprintf(
+			v, len,
+			"layers=%u kv_heads=%u head_dim=%u dtype=%s "
+			"block_tokens=%u chunk_tokens=%u hidden_size=%u",
+			g->n_layers, g->n_kv_heads, g->head_dim,
+			kvfs_fmt_dtype_name(g->dtype), g->block_tokens,
+			g->chunk_tokens, g->hidden_size);
 	if (!strcmp(name, XATTR_PREFIX "blocks"))
 		return snprintf(v, len, "%" PRIu64, kvfs_ns_nblocks(ns));
 	return -ENODATA;
@@ -167,14 +167,15 @@ void kvfs_fuse_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	int rc;
 
 	ns = kvfs_cache_ns_by_ino(fs->c, ino);
-	if (ns && (rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_READ,
-				      "listxattr"))) {
+	if (ns &&
+	    (rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_READ, "listxattr"))) {
 		kvfs_fuse_reply_rc(req, rc);
 		return;
 	}
 	if (ns) {
-		static const char names[] = XATTR_PREFIX "root\0" XATTR_PREFIX
-			"geometry\0" XATTR_PREFIX "blocks";
+		static const char names[] = XATTR_PREFIX
+			"root\0" XATTR_PREFIX "geometry\0" XATTR_PREFIX
+			"blocks";
 
 		memcpy(list, names, sizeof(names));
 		used = sizeof(names);
@@ -186,9 +187,8 @@ void kvfs_fuse_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 			kvfs_fuse_reply_rc(req, rc);
 			return;
 		}
-		for (size_t i = 0; i < sizeof(block_xattrs) /
-						sizeof(block_xattrs[0]);
-		     i++) {
+		for (size_t i = 0;
+		     i < sizeof(block_xattrs) / sizeof(block_xattrs[0]); i++) {
 			char full[64];
 
 			snprintf(full, sizeof(full), XATTR_PREFIX "%s",
@@ -209,15 +209,16 @@ void kvfs_fuse_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
  * or a value too long for @len, makes it garbage rather than something to
  * cut down to a word that happens to parse: -EINVAL.
  */
-static int xattr_word(const char *name, const char *value, size_t size,
-		      char *v, size_t len)
+static int xattr_word(const char *name, const char *value, size_t size, char *v,
+		      size_t len)
 {
 	while (size && (value[size - 1] == '\0' || value[size - 1] == '\n'))
 		size--;
 	if (size >= len || (size && (memchr(value, '\0', size) ||
 				     memchr(value, '\n', size)))) {
 		kvfs_warn("setxattr %s: a value of %zu bytes that is not one "
-			  "word", name, size);
+			  "word",
+			  name, size);
 		v[0] = 0;
 		return -EINVAL;
 	}
@@ -244,7 +245,8 @@ void kvfs_fuse_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	rc = kvfs_cache_get(fs->c, ino, &b);
 	if (rc) {
-		kvfs_fuse_reply_rc(req, ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
+		kvfs_fuse_reply_rc(req,
+				   ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
 		return;
 	}
 	if ((!strcmp(name, XATTR_PREFIX "pin") ||
@@ -280,15 +282,16 @@ void kvfs_fuse_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		bool ours = !strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX));
 		size_t i;
 
-		for (i = 0; ours && i < sizeof(block_xattrs) /
-						sizeof(block_xattrs[0]);
+		for (i = 0;
+		     ours && i < sizeof(block_xattrs) / sizeof(block_xattrs[0]);
 		     i++)
 			if (!strcmp(name + strlen(XATTR_PREFIX),
 				    block_xattrs[i]))
 				break;
-		rc = ours && i < sizeof(block_xattrs) / sizeof(block_xattrs[0])
-			     ? -EPERM
-			     : -ENOTSUP;
+		rc = ours && i < sizeof(block_xattrs) /
+						     sizeof(block_xattrs[0]) ?
+			     -EPERM :
+			     -ENOTSUP;
 	}
 	kvfs_cache_put(fs->c, b);
 	kvfs_fuse_reply_rc(req, rc);
@@ -303,8 +306,9 @@ void kvfs_fuse_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 	rc = kvfs_cache_get(fs->c, ino, &b);
 	if (rc) {
-		kvfs_fuse_reply_rc(req, kvfs_cache_ns_by_ino(fs->c, ino) ? -EPERM
-							       : -ENODATA);
+		kvfs_fuse_reply_rc(req, kvfs_cache_ns_by_ino(fs->c, ino) ?
+						-EPERM :
+						-ENODATA);
 		return;
 	}
 	if (!strcmp(name, XATTR_PREFIX "pin")) {
@@ -323,4 +327,3 @@ void kvfs_fuse_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	kvfs_cache_put(fs->c, b);
 	kvfs_fuse_reply_rc(req, rc);
 }
-

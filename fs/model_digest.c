@@ -16,7 +16,7 @@
 
 #include "fs/model_digest.h"
 
-#define SAMPLE (1u << 20)       /* bytes of tensor data hashed at each end */
+#define SAMPLE (1u << 20) /* bytes of tensor data hashed at each end */
 #define HEADER_MAX (100u << 20) /* the safetensors format's own limit */
 #define INDEX_MAX (64u << 20)
 #define SHARDS_MAX 4096
@@ -28,8 +28,7 @@ struct digest {
 };
 
 /* Say "@what: @detail" (or @what alone) and return @err. */
-static int why(struct digest *d, int err, const char *what,
-	       const char *detail)
+static int why(struct digest *d, int err, const char *what, const char *detail)
 {
 	snprintf(d->why, d->whylen, "%s%s%s", what, detail[0] ? ": " : "",
 		 detail);
@@ -37,8 +36,8 @@ static int why(struct digest *d, int err, const char *what,
 }
 
 /* Hash @len bytes of @fd from @off. */
-static int hash_range(struct digest *d, int fd, const char *path,
-		      uint64_t off, uint64_t len)
+static int hash_range(struct digest *d, int fd, const char *path, uint64_t off,
+		      uint64_t len)
 {
 	static __thread uint8_t buf[1 << 16];
 
@@ -74,8 +73,8 @@ static int hash_shard(struct digest *d, const char *path)
 		rc = -EINVAL;
 	for (int i = 7; !rc && i >= 0; i--)
 		hlen = hlen << 8 | hl[i];
-	if (!rc && (hlen < 2 || hlen > HEADER_MAX ||
-		    8 + hlen > (uint64_t)sb.st_size))
+	if (!rc &&
+	    (hlen < 2 || hlen > HEADER_MAX || 8 + hlen > (uint64_t)sb.st_size))
 		rc = -EINVAL;
 	if (rc) {
 		close(fd);
@@ -91,7 +90,8 @@ static int hash_shard(struct digest *d, const char *path)
 	dlen = (uint64_t)sb.st_size - data;
 	rc = hash_range(d, fd, path, 0, data);
 	if (!rc)
-		rc = hash_range(d, fd, path, data, dlen < SAMPLE ? dlen : SAMPLE);
+		rc = hash_range(d, fd, path, data,
+				dlen < SAMPLE ? dlen : SAMPLE);
 	if (!rc && dlen > SAMPLE) {
 		uint64_t tail = dlen - SAMPLE < SAMPLE ? dlen - SAMPLE : SAMPLE;
 
@@ -140,8 +140,7 @@ static int index_shards(struct digest *d, const char *path, const char *text,
 	}
 	if (!n) {
 		free(v);
-		return why(d, -EINVAL, path,
-			   "names no .safetensors shard");
+		return why(d, -EINVAL, path, "names no .safetensors shard");
 	}
 	qsort(v, n, sizeof(*v), cmp_str);
 	*out = v;
@@ -168,8 +167,7 @@ static int hash_index(struct digest *d, const char *path)
 		return why(d, -errno, path, strerror(errno));
 	if (fstat(fd, &sb) || sb.st_size <= 0 || sb.st_size > INDEX_MAX) {
 		close(fd);
-		return why(d, -EINVAL, path,
-			   "not an index of a sensible size");
+		return why(d, -EINVAL, path, "not an index of a sensible size");
 	}
 	text = calloc(1, (size_t)sb.st_size + 1);
 	rc = text ? hash_range(d, fd, path, 0, (uint64_t)sb.st_size) : -ENOMEM;

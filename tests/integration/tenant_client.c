@@ -41,8 +41,12 @@ static const char *mnt, *ns;
 static struct kvfs_geom geom(void)
 {
 	struct kvfs_geom g = {
-		.n_layers = 4, .n_kv_heads = 2, .head_dim = 64,
-		.block_tokens = 16, .chunk_tokens = 4, .dtype = KVFS_DTYPE_BF16,
+		.n_layers = 4,
+		.n_kv_heads = 2,
+		.head_dim = 64,
+		.block_tokens = 16,
+		.chunk_tokens = 4,
+		.dtype = KVFS_DTYPE_BF16,
 	};
 
 	return g;

@@ -33,7 +33,7 @@ SHM_B=/kvfs-ten-$$-b
 SHM_R=/kvfs-ten-$$-root
 HOLD=
 tenants_cleanup() {
-	[ -n "$HOLD" ] && kill "$HOLD" 2>/dev/null
+	[ -n "$HOLD" ] && kill "$HOLD" "${HOLD2:-}" 2>/dev/null
 	rm -f "/dev/shm$SHM_A" "/dev/shm$SHM_A2" "/dev/shm$SHM_B" "/dev/shm$SHM_R"
 	t_cleanup
 	userdel "$UA" 2>/dev/null
@@ -63,12 +63,13 @@ chunk_tokens = 4
 EON
 }
 kvfs_mkfs 64M
-# One test block is 36 KiB (payload 32 KiB): a's pin quota holds one.
+# One test block is 40 KiB (payload 32 KiB): a's pin quota holds one, its
+# quota three.
 {
 	printf '[daemon]\nflush_ms = 100\n\n[tier.dram]\ncapacity = 16M\n\n'
 	printf '[tier.gpu]\nbackend = shm\ncapacity = 1M\n\n'
 	printf '[namespace a]\n'; ns_keys
-	printf 'owner = %s\ngroup = %s\nmode = 0750\npin_quota = 40K\n\n' "$UA" "$UA"
+	printf 'owner = %s\ngroup = %s\nmode = 0750\npin_quota = 40K\nquota = 120K\n\n' "$UA" "$UA"
 	printf '[namespace b]\n'; ns_keys
 	printf 'owner = %s\ngroup = %s\nmode = 0750\nmodel_digest = sha256:tenant-b\n' "$UB" "$UB"
 } >"$STORE/kvfs.conf"
@@ -184,6 +185,33 @@ t_check "a second is past pin_quota: EDQUOT" test "$(asA "$TC" "$MNT" a pin "$KA
 t_errno "and through the xattr, for root too" "quota exceeded" setfattr -n user.kvfs.pin -v dram "$MNT/a/$KA2.kv"
 t_check "the refusal is logged" grep -q "namespace a: pinning .* pin_quota" "$STORE/kvfs.log"
 
+# ---- quota: a's commits over it evict a's own oldest blocks
+mk() { asA "$BIN/kvfs-gen" make "$MNT/a" --ns a "${G[@]}" --tokens "$(seq -s, "$1" $(($1 + 15)))"; }
+t_check "a holds two blocks" test "$(asA getfattr --only-values -n user.kvfs.blocks "$MNT/a")" = 2
+K3=$(mk 300)
+t_check "a third fits in the quota" test "$(asA getfattr --only-values -n user.kvfs.blocks "$MNT/a")" = 3
+sleep 0.2
+K4=$(mk 400)
+t_check "a fourth evicts a's oldest unpinned block" \
+	test -f "$MNT/a/$K4.kv" -a ! -e "$MNT/a/$KA2.kv" -a -f "$MNT/a/$KA.kv" -a -f "$MNT/a/$K3.kv"
+t_check "the eviction is logged" grep -q "evicted for its namespace's quota" "$STORE/kvfs.log"
+"$TC" "$MNT" a hold "$K3" 30 >/dev/null &
+HOLD=$!
+"$TC" "$MNT" a hold "$K4" 30 >/dev/null &
+HOLD2=$!
+for _ in $(seq 50); do
+	[ "$(getfattr --only-values -n user.kvfs.leases "$MNT/a/$K4.kv")$(getfattr --only-values -n user.kvfs.leases "$MNT/a/$K3.kv")" = 11 ] && break
+	sleep 0.1
+done
+t_errno "with the rest pinned or leased, close fails: EDQUOT" "quota exceeded" mk 500
+t_check "and a keeps what it had" \
+	test "$(asA getfattr --only-values -n user.kvfs.blocks "$MNT/a")" = 3 -a -f "$MNT/a/$KA.kv" -a -f "$MNT/a/$K3.kv" -a -f "$MNT/a/$K4.kv"
+t_check "SAVE over the quota is EDQUOT too" test "$(asA "$TC" "$MNT" a save "$SHM_A")" = "error=-122"
+kill "$HOLD" "$HOLD2" 2>/dev/null
+wait "$HOLD" "$HOLD2" 2>/dev/null
+HOLD=
+t_check "b lost nothing to a's quota" test "$(asB getfattr --only-values -n user.kvfs.blocks "$MNT/b")" = 1
+
 # ---- stats
 t_check "$UB sees global counters" asB grep -q "^tier.dram" "$MNT/.kvfs/stats"
 t_check "$UB sees b's figures" asB grep -q "^ns.b.blocks" "$MNT/.kvfs/stats"
@@ -195,7 +223,7 @@ t_check "root lists a" ls "$MNT/a/$KA.kv"
 t_check "root reads b's block" cmp -s "$MNT/b/$KB.kv" "$T_DIR/kb.copy"
 t_check "root: LOOKUP in b" test "$("$TC" "$MNT" b lookup "$KB" | head -n 1)" = "error=0"
 t_check "root: UNPIN, PIN and UNPIN in a" \
-	test "$("$TC" "$MNT" a unpin "$KA"; "$TC" "$MNT" a pin "$KA2" 2; "$TC" "$MNT" a unpin "$KA2")" = "error=0
+	test "$("$TC" "$MNT" a unpin "$KA"; "$TC" "$MNT" a pin "$K3" 2; "$TC" "$MNT" a unpin "$K3")" = "error=0
 error=0
 error=0"
 t_check "root reads a's xattrs" getfattr -n user.kvfs.tier "$MNT/a/$KA.kv"
@@ -204,6 +232,6 @@ t_check "root reads a's xattrs" getfattr -n user.kvfs.tier "$MNT/a/$KA.kv"
 t_check "b's block is intact" asB cmp -s "$MNT/b/$KB.kv" "$T_DIR/kb.copy"
 t_check "b's pin stayed" test "$(asB getfattr --only-values -n user.kvfs.pin "$MNT/b/$KB.kv")" = dram
 t_check "b holds its one block" test "$(asB getfattr --only-values -n user.kvfs.blocks "$MNT/b")" = 1
-t_check "a's blocks are intact" test -f "$MNT/a/$KA.kv" -a -f "$MNT/a/$KA2.kv"
+t_check "a's blocks are there" test -f "$MNT/a/$KA.kv" -a -f "$MNT/a/$K3.kv"
 t_check "unmount" kvfs_unmount
 t_done

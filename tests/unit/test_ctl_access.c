@@ -37,7 +37,10 @@ static int fake_groups(void *arg, uint32_t *list, int max)
 static struct kvfs_ctl_creds who(uint32_t uid, uint32_t gid)
 {
 	struct kvfs_ctl_creds cr = {
-		.pid = 1, .uid = uid, .gid = gid, .n_groups = -1,
+		.pid = 1,
+		.uid = uid,
+		.gid = gid,
+		.n_groups = -1,
 		.get_groups = fake_groups,
 	};
 
@@ -45,7 +48,10 @@ static struct kvfs_ctl_creds who(uint32_t uid, uint32_t gid)
 }
 
 static const struct kvfs_ctl_owner tenant = {
-	.uid = 1000, .gid = 300, .mode = 0750, .admin = 4000,
+	.uid = 1000,
+	.gid = 300,
+	.mode = 0750,
+	.admin = 4000,
 };
 
 static void test_owner(void **state)
