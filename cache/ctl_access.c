@@ -42,20 +42,27 @@ void kvfs_ctl_ns_owner(struct kvfs_cache *c, const struct kvfs_ns *ns,
 	o->mode = p && p->acc.has_mode ? p->acc.mode : NS_MODE_DEFAULT;
 }
 
+/* Read @cr's supplementary groups, once. */
+static void load_groups(struct kvfs_ctl_creds *cr)
+{
+	int n = 0;
+
+	if (cr->n_groups >= 0)
+		return;
+	if (cr->get_groups)
+		n = cr->get_groups(cr->arg, cr->groups, KVFS_CTL_CREDS_GROUPS);
+	if (n < 0)
+		n = 0; /* unknown: judged by the primary group alone */
+	if (n > KVFS_CTL_CREDS_GROUPS)
+		n = KVFS_CTL_CREDS_GROUPS;
+	cr->n_groups = n;
+}
+
 static bool in_groups(struct kvfs_ctl_creds *cr, uint32_t gid)
 {
 	if (cr->gid == gid)
 		return true;
-	if (cr->n_groups < 0) {
-		int n = cr->get_groups ? cr->get_groups(cr->arg, cr->groups,
-							KVFS_CTL_CREDS_GROUPS) :
-					 0;
-
-		cr->n_groups = n < 0 ? 0 :
-			       n > KVFS_CTL_CREDS_GROUPS ?
-				       KVFS_CTL_CREDS_GROUPS :
-				       n;
-	}
+	load_groups(cr);
 	for (int i = 0; i < cr->n_groups; i++)
 		if (cr->groups[i] == gid)
 			return true;
@@ -109,7 +116,7 @@ int kvfs_ctl_ident_enter(struct kvfs_ctl_creds *cr, struct kvfs_ctl_ident *id)
 	if (geteuid() != 0)
 		/* No identity to take on: only the daemon's own user. */
 		return cr->uid == (uint32_t)geteuid() ? 0 : -EACCES;
-	(void)in_groups(cr, UINT32_MAX); /* reads the groups */
+	load_groups(cr);
 	id->n_saved = getgroups(KVFS_CTL_CREDS_GROUPS, id->saved);
 	if (id->n_saved < 0)
 		return -errno;

@@ -144,6 +144,8 @@ t_check "$UA: FETCH into the shared pool is refused (root's only)" \
 t_check "root: FETCH into the pool" test "$("$TC" "$MNT" a fetch "$KA")" = "error=0"
 t_check "the pool object is 0600 and the daemon's" \
 	test "$(stat -c '%a %U' /dev/shm/kvfs-*-"$KVFS_PID"-pool 2>/dev/null)" = "600 root"
+t_errno "$UA cannot map the pool" "Permission denied" asA cat /dev/shm/kvfs-*-"$KVFS_PID"-pool
+t_errno "$UB cannot map the pool" "Permission denied" asB cat /dev/shm/kvfs-*-"$KVFS_PID"-pool
 
 # ---- client memory the caller could not open itself
 "$TC" "$MNT" a mkshm "$SHM_R" 65536 90
