@@ -61,8 +61,10 @@ static int ns_compare(const struct kvfs_ns_params *cn,
 {
 	struct kvfs_geom g;
 	const char *field = NULL;
+	uint8_t root[KVFS_KEY_LEN];
 
 	geom_from_rec(r, &g);
+	kvfs_fmt_root_key_model(cn->name, cn->salt, cn->model_digest, root);
 	if (cn->geom.n_layers != g.n_layers)
 		field = "layers";
 	else if (cn->geom.n_kv_heads != g.n_kv_heads)
@@ -79,6 +81,8 @@ static int ns_compare(const struct kvfs_ns_params *cn,
 		field = "hidden_size";
 	else if (strcmp(cn->salt, r->salt))
 		field = "salt";
+	else if (memcmp(root, r->root, sizeof(root)))
+		field = "model_digest";
 	if (!field)
 		return 0;
 	kvfs_err("namespace %s: the config changes '%s' of a stored "
@@ -187,7 +191,8 @@ static int setup_namespaces(struct kvfs_cache *c)
 		r->store_as = cn->hc.store_as;
 		snprintf(r->name, sizeof(r->name), "%s", cn->name);
 		snprintf(r->salt, sizeof(r->salt), "%s", cn->salt);
-		kvfs_fmt_root_key(r->name, r->salt, r->root);
+		kvfs_fmt_root_key_model(r->name, r->salt, cn->model_digest,
+					r->root);
 		rc = kvfs_meta_ns_put(t, r);
 		if (rc)
 			goto out_abort;

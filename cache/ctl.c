@@ -8,12 +8,78 @@
 #include <stdlib.h>
 
 #include "cache/ctl_i.h"
+#include "meta/log.h"
 
-int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
-		  size_t len, size_t max_resp, void **resp, size_t *rlen)
+static const char *const op_names[] = {
+	[KVFS_CTL_LOOKUP] = "LOOKUP",
+	[KVFS_CTL_FETCH] = "FETCH",
+	[KVFS_CTL_FETCH_INTO] = "FETCH_INTO",
+	[KVFS_CTL_SAVE] = "SAVE",
+	[KVFS_CTL_RELEASE] = "RELEASE",
+	[KVFS_CTL_PIN] = "PIN",
+	[KVFS_CTL_UNPIN] = "UNPIN",
+	[KVFS_CTL_PREFETCH] = "PREFETCH",
+	[KVFS_CTL_EVICT] = "EVICT",
+	[KVFS_CTL_STATS] = "STATS",
+	[KVFS_CTL_FETCH_CHUNKS] = "FETCH_CHUNKS",
+	[KVFS_CTL_SCORES] = "SCORES",
+};
+
+/* What an operation needs of its namespace (docs/ctl.md): reading is
+ * finding, fetching, hinting and reporting; writing is adding, keeping and
+ * dropping blocks. STATS concerns no namespace.
+ */
+static unsigned op_needs(uint32_t op)
+{
+	switch (op) {
+	case KVFS_CTL_SAVE:
+	case KVFS_CTL_PIN:
+	case KVFS_CTL_UNPIN:
+	case KVFS_CTL_EVICT:
+		return KVFS_CTL_MAY_WRITE;
+	case KVFS_CTL_STATS:
+		return 0;
+	default:
+		return KVFS_CTL_MAY_READ;
+	}
+}
+
+/*
+ * Refuse a caller the namespace's mode does not let in, before anything
+ * is looked up: a LOOKUP must not tell whether a key exists. The device
+ * pool is one object that every namespace's blocks share, so only those
+ * who may see all of them (root, the mounting user) are handed it.
+ */
+static int check_access(struct kvfs_ctl_ctx *x)
+{
+	const char *why = NULL;
+	uint32_t op = x->r->op;
+
+	if (x->ns && kvfs_ctl_ns_may(x->c, x->ns, x->cr, op_needs(op)))
+		why = op_needs(op) & KVFS_CTL_MAY_WRITE ?
+			      "no write permission on the namespace" :
+			      "no read permission on the namespace";
+	else if ((op == KVFS_CTL_FETCH ||
+		  (op == KVFS_CTL_FETCH_CHUNKS &&
+		   (x->r->flags & KVFS_CTL_F_POOL))) &&
+		 !kvfs_ctl_is_admin(x->cr))
+		why = "the device pool is shared by every namespace and handed "
+		      "only to root and the mounting user (use FETCH_INTO)";
+	if (!why)
+		return 0;
+	kvfs_warn("ctl: uid %u may not %s in namespace %s: %s (EACCES)",
+		  x->cr->uid, op_names[op], x->ns ? kvfs_ns_name(x->ns) : "-",
+		  why);
+	x->resp->error = -EACCES;
+	return -EACCES;
+}
+
+int kvfs_ctl_exec(struct kvfs_ctl_session *s, struct kvfs_ctl_creds *cr,
+		  const void *req, size_t len, size_t max_resp, void **resp,
+		  size_t *rlen)
 {
 	const struct kvfs_ctl_req *r = req;
-	struct kvfs_ctl_ctx x = { .s = s, .c = s->c, .r = r };
+	struct kvfs_ctl_ctx x = { .s = s, .c = s->c, .r = r, .cr = cr };
 	size_t nblk, size;
 	int rc;
 
@@ -43,9 +109,9 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, int pid, const void *req,
 	if (r->op == KVFS_CTL_FETCH || r->op == KVFS_CTL_FETCH_INTO ||
 	    r->op == KVFS_CTL_RELEASE || r->op == KVFS_CTL_STATS ||
 	    r->op == KVFS_CTL_FETCH_CHUNKS)
-		x.pid = kvfs_ctl_tgid_of(pid);
+		x.pid = kvfs_ctl_tgid_of(cr->pid);
 	rc = kvfs_ctl_resolve(&x);
-	if (rc || x.resp->error)
+	if (rc || x.resp->error || check_access(&x))
 		goto out_done;
 	/* Refuse before acting if the answer cannot travel back. */
 	if (nblk && r->op != KVFS_CTL_FETCH_CHUNKS &&

@@ -199,9 +199,11 @@ int kvfs_ctl_fetch_into(struct kvfs_ctl_ctx *x)
 	if (rc || x->resp->error)
 		goto out_put;
 	layers = x->ns->geom.n_layers;
-	rc = go->peer_open(gpu, &x->r->peer, &peer);
+	rc = kvfs_ctl_peer_open(x, &x->r->peer, &peer);
 	if (rc) {
-		kvfs_ctl_fail(x, rc, "%s", "cannot open the caller's memory");
+		if (rc != -EACCES)
+			kvfs_ctl_fail(x, rc, "%s",
+				      "cannot open the caller's memory");
 		rc = 0;
 		goto out_put;
 	}
@@ -342,9 +344,11 @@ int kvfs_ctl_save(struct kvfs_ctl_ctx *x)
 			    kvfs_util_align_up(size, KVFS_FMT_ALIGN));
 	if (!buf)
 		return -ENOMEM;
-	rc = x->c->gops->peer_open(gpu, &x->r->peer, &peer);
+	rc = kvfs_ctl_peer_open(x, &x->r->peer, &peer);
 	if (rc) {
-		kvfs_ctl_fail(x, rc, "%s", "cannot open the caller's memory");
+		if (rc != -EACCES)
+			kvfs_ctl_fail(x, rc, "%s",
+				      "cannot open the caller's memory");
 		goto out_free;
 	}
 	xf.host = buf + off;
@@ -378,7 +382,10 @@ int kvfs_ctl_save(struct kvfs_ctl_ctx *x)
 	rc = kvfs_cache_create(x->c, x->ns, name, &p);
 	if (!rc)
 		rc = kvfs_cache_write(p, 0, buf, size);
-	if (!rc) {
+	/* Room under the namespace's quota, from its own blocks. */
+	if (!rc && (rc = kvfs_ctl_quota_admit(x->c, x->ns, size))) {
+		kvfs_cache_abandon(x->c, p);
+	} else if (!rc) {
 		rc = kvfs_cache_commit(x->c, p, &b);
 		p = NULL;
 		if (!rc)
@@ -416,7 +423,7 @@ int kvfs_ctl_pin(struct kvfs_ctl_ctx *x, bool pin)
 		if (!pin) {
 			rc = kvfs_cache_unpin(x->c, v[i]);
 		} else if (x->r->tier < KVFS_NTIERS) {
-			rc = kvfs_cache_pin(x->c, v[i], (int)x->r->tier);
+			rc = kvfs_ctl_pin_admit(x->c, v[i], (int)x->r->tier);
 		} else {
 			rc = -EINVAL;
 		}

@@ -3,6 +3,8 @@
  * Internals shared by the control-file files (cache/ctl*.c); included only
  * from them. Bottom to top, each file calls only those below it:
  *
+ *   ctl_access.c   permissions, the caller's identity
+ *   ctl_quota.c    pin_quota and quota
  *   ctl_check.c    a request: its checks, its decoding, its context
  *   ctl_sync.c     delivery into the caller: sync words, kept peer, stage
  *   ctl_spec.c     speculative chunk loads and the token that calls them off
@@ -78,8 +80,12 @@ struct kvfs_ctl_session {
 	 * engine reuses one buffer, and mapping it anew per request costs
 	 * more than a sparse fetch. Taken by try-lock like the stage.
 	 */
-	pthread_mutex_t peer_lock; /* guards peer */
+	pthread_mutex_t peer_lock; /* guards peer, peer_uid, peer_gid */
 	struct kvfs_gpu_peer *peer;
+	/* Who opened the kept peer: a request of anyone else (a descriptor
+	 * handed to another user) opens the memory anew, as itself.
+	 */
+	uint32_t peer_uid, peer_gid;
 	struct kvfs_ctl_session *next; /* c->ctl_lock */
 };
 
@@ -90,6 +96,7 @@ struct kvfs_ctl_session {
  */
 struct kvfs_ctl_ctx {
 	struct kvfs_ctl_session *s;
+	struct kvfs_ctl_creds *cr; /* who sent the request */
 	int pid; /* the caller's process (FETCH*, RELEASE, STATS), else 0 */
 	struct kvfs_cache *c;
 	const struct kvfs_ctl_req *r;
@@ -111,6 +118,40 @@ static inline const uint8_t *kvfs_ctl_key_at(const struct kvfs_ctl_ctx *x,
 {
 	return x->chain ? x->chain[i] : x->keys[i];
 }
+
+/* ----------------------------------------------------------- ctl_access.c */
+
+/*
+ * kvfs_ctl_ns_params() - the config's parameters of @ns, or NULL for a
+ * namespace that is only stored. No locks (read-only once open).
+ */
+const struct kvfs_ns_params *kvfs_ctl_ns_params(struct kvfs_cache *c,
+						const struct kvfs_ns *ns);
+
+/* The daemon's filesystem identity, saved while a thread opens client
+ * memory as the caller. Owned by that thread.
+ */
+struct kvfs_ctl_ident {
+	bool on; /* the thread has taken on the caller's identity */
+	uid_t fsuid;
+	gid_t fsgid;
+	int n_saved;
+	gid_t saved[KVFS_CTL_CREDS_GROUPS];
+};
+
+/*
+ * kvfs_ctl_ident_enter() - make this thread's filesystem identity (fsuid,
+ * fsgid, supplementary groups) @cr's, so that what it opens next the
+ * caller could have opened itself. uid 0 keeps the daemon's. A daemon
+ * that is not root cannot change identity: it serves only its own user.
+ * Returns 0 (@id says what to restore; kvfs_ctl_ident_leave() is always
+ * safe on it), or -EACCES (a caller the daemon cannot act as), -errno.
+ * Per thread: the raw setgroups call touches no other thread.
+ */
+int kvfs_ctl_ident_enter(struct kvfs_ctl_creds *cr, struct kvfs_ctl_ident *id);
+
+/* kvfs_ctl_ident_leave() - restore the identity @id saved, if any. */
+void kvfs_ctl_ident_leave(struct kvfs_ctl_ident *id);
 
 /* ------------------------------------------------------------ ctl_check.c */
 
@@ -191,10 +232,12 @@ struct kvfs_ctl_sync_word {
 };
 
 /*
- * kvfs_ctl_sync_open() - map the completion word x->r->sync names.
- * Returns 0, or -EINVAL, -ENOENT, -EIO with the response failed by the
- * same error (a bad name or alignment, no such shm object, a word outside
- * it, a failed map). @sw is zeroed first, so kvfs_ctl_sync_close() is
+ * kvfs_ctl_sync_open() - map the completion word x->r->sync names,
+ * opened with the caller's filesystem identity.
+ * Returns 0, or -EINVAL, -ENOENT, -EACCES, -EIO with the response failed
+ * by the same error (a bad name or alignment, no such shm object, one the
+ * caller could not open itself (logged), a word outside it, a failed
+ * map). @sw is zeroed first, so kvfs_ctl_sync_close() is
  * always safe on it. No locks.
  */
 int kvfs_ctl_sync_open(struct kvfs_ctl_ctx *x, struct kvfs_ctl_sync_word *sw);
@@ -210,9 +253,19 @@ void kvfs_ctl_sync_signal(struct kvfs_ctl_sync_word *sw, uint32_t v);
 void kvfs_ctl_sync_close(struct kvfs_ctl_sync_word *sw);
 
 /*
+ * kvfs_ctl_peer_open() - the device tier's peer_open of the client memory
+ * @m, as the caller: a shm object is opened with the caller's filesystem
+ * identity (kvfs_ctl_ident_enter()). One the caller could not open
+ * itself is refused: -EACCES, logged, and the response failed with it.
+ * Returns 0 or peer_open's -errno. No locks.
+ */
+int kvfs_ctl_peer_open(struct kvfs_ctl_ctx *x, const struct kvfs_ctl_mem *m,
+		       struct kvfs_gpu_peer **out);
+
+/*
  * kvfs_ctl_peer_get() - open the client memory @m for a request: the
- * session's kept peer when it names the same object, else a new one, kept
- * for next time. *@kept says whether kvfs_ctl_peer_put() must hand it back
+ * session's kept peer when it names the same object and the same user
+ * opened it, else a new one (kvfs_ctl_peer_open()), kept for next time. *@kept says whether kvfs_ctl_peer_put() must hand it back
  * rather than close it.
  * Returns 0 or the device tier's -errno from peer_open.
  * Locking: on 0 with *@kept, s->peer_lock is held until kvfs_ctl_peer_put();

@@ -21,6 +21,36 @@
 #include "meta/guard.h"
 #include "meta/log.h"
 
+/* Client memory the caller may not open itself: logged, and the
+ * response fails with EACCES. Returns -EACCES.
+ */
+static int refuse_mem(struct kvfs_ctl_ctx *x, const char *name,
+		      const char *what)
+{
+	kvfs_warn("ctl: uid %u may not %s in namespace %s: it cannot open "
+		  "the %s %s itself (EACCES); nothing copied",
+		  x->cr->uid, x->r->op == KVFS_CTL_SAVE ? "SAVE from" :
+							  "deliver into",
+		  x->ns ? kvfs_ns_name(x->ns) : "-", what, name);
+	x->resp->error = -EACCES;
+	return -EACCES;
+}
+
+/* shm_open(@name, O_RDWR) as the caller would: a descriptor or -errno. */
+static int mem_open_as_caller(struct kvfs_ctl_ctx *x, const char *name)
+{
+	struct kvfs_ctl_ident id;
+	int fd, rc;
+
+	rc = kvfs_ctl_ident_enter(x->cr, &id);
+	if (rc)
+		return rc;
+	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	rc = fd < 0 ? -errno : fd;
+	kvfs_ctl_ident_leave(&id);
+	return rc;
+}
+
 int kvfs_ctl_sync_open(struct kvfs_ctl_ctx *x, struct kvfs_ctl_sync_word *sw)
 {
 	const struct kvfs_ctl_sync *s = &x->r->sync;
@@ -35,7 +65,9 @@ int kvfs_ctl_sync_open(struct kvfs_ctl_ctx *x, struct kvfs_ctl_sync_word *sw)
 				     "bad sync word (shm name or "
 				     "alignment)"),
 		       -EINVAL;
-	fd = shm_open(s->shm_name, O_RDWR | O_CLOEXEC, 0);
+	fd = mem_open_as_caller(x, s->shm_name);
+	if (fd == -EACCES)
+		return refuse_mem(x, s->shm_name, "sync word");
 	if (fd < 0)
 		return kvfs_ctl_fail(x, -ENOENT, "sync shm %s does not exist",
 				     s->shm_name),
@@ -80,18 +112,58 @@ void kvfs_ctl_sync_close(struct kvfs_ctl_sync_word *sw)
 		munmap(sw->map, sw->len);
 }
 
+/*
+ * A shm peer is opened with the caller's filesystem identity, so the
+ * kernel lets the daemon in only where the caller could go itself. A
+ * CUDA IPC handle names no owner the daemon could check (docs/ctl.md).
+ */
+int kvfs_ctl_peer_open(struct kvfs_ctl_ctx *x, const struct kvfs_ctl_mem *m,
+		       struct kvfs_gpu_peer **out)
+{
+	struct kvfs_tier *gpu = x->c->tier[KVFS_TIER_GPU];
+	struct kvfs_ctl_ident id;
+	int rc;
+
+	if (m->backend != KVFS_CTL_BACKEND_SHM)
+		return x->c->gops->peer_open(gpu, m, out);
+	rc = kvfs_ctl_ident_enter(x->cr, &id);
+	if (!rc)
+		rc = x->c->gops->peer_open(gpu, m, out);
+	kvfs_ctl_ident_leave(&id);
+	if (rc == -EACCES)
+		refuse_mem(x, memchr(m->shm_name, 0, sizeof(m->shm_name)) ?
+				      m->shm_name :
+				      "(unterminated name)",
+			   "shm object");
+	return rc;
+}
+
 int kvfs_ctl_peer_get(struct kvfs_ctl_ctx *x, const struct kvfs_ctl_mem *m,
 		      struct kvfs_gpu_peer **out, bool *kept)
 {
 	struct kvfs_tier *gpu = x->c->tier[KVFS_TIER_GPU];
 	const struct kvfs_gpu_ops *go = x->c->gops;
 	struct kvfs_ctl_session *s = x->s;
+	struct kvfs_ctl_ident id;
+	bool same;
 	int rc;
 
 	*kept = false;
 	if (!go->peer_same || pthread_mutex_trylock(&s->peer_lock))
-		return go->peer_open(gpu, m, out);
-	if (s->peer && go->peer_same(gpu, s->peer, m)) {
+		return kvfs_ctl_peer_open(x, m, out);
+	/* The kept peer serves only whoever opened it, and only while the
+	 * name still leads to it for them.
+	 */
+	same = s->peer && s->peer_uid == x->cr->uid &&
+	       s->peer_gid == x->cr->gid;
+	if (same && m->backend == KVFS_CTL_BACKEND_SHM) {
+		same = !kvfs_ctl_ident_enter(x->cr, &id) &&
+		       go->peer_same(gpu, s->peer, m);
+		kvfs_ctl_ident_leave(&id);
+	} else if (same) {
+		same = go->peer_same(gpu, s->peer, m);
+	}
+	if (same) {
 		*out = s->peer;
 		*kept = true;
 		return 0;
@@ -100,12 +172,14 @@ int kvfs_ctl_peer_get(struct kvfs_ctl_ctx *x, const struct kvfs_ctl_mem *m,
 		go->peer_close(gpu, s->peer);
 		s->peer = NULL;
 	}
-	rc = go->peer_open(gpu, m, &s->peer);
+	rc = kvfs_ctl_peer_open(x, m, &s->peer);
 	if (rc) {
 		s->peer = NULL;
 		pthread_mutex_unlock(&s->peer_lock);
 		return rc;
 	}
+	s->peer_uid = x->cr->uid;
+	s->peer_gid = x->cr->gid;
 	*out = s->peer;
 	*kept = true;
 	return 0;

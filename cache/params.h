@@ -8,6 +8,7 @@
 #ifndef KVFS_CACHE_PARAMS_H
 #define KVFS_CACHE_PARAMS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,11 +52,34 @@ struct kvfs_hcache_params {
 };
 #define KVFS_PARAMS_KV_LAYERS_SCHED UINT32_MAX
 
+/* model_digest: up to 64 bytes (a SHA-256 in hex), NUL-terminated. */
+#define KVFS_PARAMS_DIGEST_MAX 65
+
+/*
+ * Who may use a namespace (docs/operations.md, "Sharing a host"). Zeroed,
+ * the namespace is the mounting user's, mode 0755: what it was before
+ * ownership could be configured.
+ */
+struct kvfs_ns_access {
+	uint32_t uid; /* owner, when has_uid */
+	uint32_t gid; /* group, when has_gid */
+	uint32_t mode; /* permission bits (07777), when has_mode */
+	bool has_uid, has_gid, has_mode;
+	uint64_t quota; /* bytes the namespace may store; 0 = no limit */
+	uint64_t pin_quota; /* bytes it may pin; 0 = no limit */
+};
+
 struct kvfs_ns_params {
 	char name[KVFS_NS_NAME_MAX];
 	char salt[KVFS_NS_SALT_MAX];
+	/* Mixed into the root key after the salt; "" for none. kvfs.conf's
+	 * `auto` is resolved by the parser (fs/conf.c), so this is always
+	 * the value.
+	 */
+	char model_digest[KVFS_PARAMS_DIGEST_MAX];
 	struct kvfs_geom geom;
 	struct kvfs_hcache_params hc;
+	struct kvfs_ns_access acc;
 };
 
 enum kvfs_params_gpu {

@@ -250,6 +250,7 @@ def _load():
                 "%d bytes there, %d here" % (_lib_path, "libkvfs", which,
                                              theirs, ctypes.sizeof(cls)))
     _proto(lib, "kvfs_client_root_key", None, CP, CP, P)
+    _proto(lib, "kvfs_client_root_key_model", None, CP, CP, CP, P)
     _proto(lib, "kvfs_client_chain", I, P, P, SZ, U32, ctypes.c_uint, P, SZ,
            ctypes.POINTER(SZ))
     _proto(lib, "kvfs_client_chain_len", SZ, SZ, U32, ctypes.c_uint)
@@ -376,10 +377,16 @@ def _mem(peer):
 
 # ---------------------------------------------------------------- chains
 
-def root_key(ns, salt=None):
-    """The root key of namespace ``ns`` (with ``salt``): 16 bytes."""
+def root_key(ns, salt=None, model_digest=None):
+    """The root key of namespace ``ns`` (with ``salt`` and the namespace's
+    ``model_digest`` value, if any): 16 bytes. With ``model_digest = auto``
+    the daemon computes the value: read ``Client.ns_info(ns).root``."""
     out = ctypes.create_string_buffer(KEY_LEN)
-    _load().kvfs_client_root_key(_ns(ns), _ns(salt), out)
+    if model_digest:
+        _load().kvfs_client_root_key_model(_ns(ns), _ns(salt),
+                                           _ns(model_digest), out)
+    else:
+        _load().kvfs_client_root_key(_ns(ns), _ns(salt), out)
     return out.raw
 
 

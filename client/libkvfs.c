@@ -77,6 +77,12 @@ void kvfs_client_root_key(const char *ns, const char *salt,
 	kvfs_fmt_root_key(ns ? ns : "", salt, out);
 }
 
+void kvfs_client_root_key_model(const char *ns, const char *salt,
+				const char *model, uint8_t out[KVFS_KEY_LEN])
+{
+	kvfs_fmt_root_key_model(ns ? ns : "", salt, model, out);
+}
+
 size_t kvfs_client_chain_len(size_t n_tokens, uint32_t block_tokens,
 			     unsigned flags)
 {

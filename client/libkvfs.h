@@ -76,6 +76,16 @@ void kvfs_client_root_key(const char *ns, const char *salt,
 			  uint8_t out[KVFS_KEY_LEN]);
 
 /*
+ * kvfs_client_root_key_model() - the root key of namespace @ns with @salt
+ * and the namespace's model_digest @model (NULL or "" for none: then the
+ * same as kvfs_client_root_key()). With model_digest = auto in kvfs.conf
+ * the value is the daemon's to compute: read the root from the
+ * namespace's user.kvfs.root (kvfs_client_ns_info()) instead. Never fails.
+ */
+void kvfs_client_root_key_model(const char *ns, const char *salt,
+				const char *model, uint8_t out[KVFS_KEY_LEN]);
+
+/*
  * kvfs_client_chain_len() - how many keys kvfs_client_chain() makes for
  * @n_tokens tokens: the full blocks, plus one for a trailing partial block
  * with KVFS_CLIENT_CHAIN_PARTIAL. 0 when @block_tokens is 0.

@@ -60,11 +60,19 @@
  *                hcache_kv_layers 0..layers: the last layers auto keeps
  *                as K and V (default: the start-up schedule's); needs
  *                store_as = auto and hidden states smaller than K+V.
+ *                Sharing a host (docs/operations.md), all optional:
+ *                owner (a user name or uid), group (a group name or
+ *                gid), mode (octal, 0..0777), quota and pin_quota
+ *                (sizes 4K..16T), model_digest (1..64 of
+ *                [A-Za-z0-9._:+-], or auto: computed from weights, which
+ *                it then needs; fs/model_digest.h says how).
  * Every non-namespace section may appear once; every key once per section.
  */
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdbool.h>
@@ -74,6 +82,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
+#include "fs/model_digest.h"
 #include "hcache/restore.h"
 #include "tier/redis_cluster.h"
 #include "meta/log.h"
@@ -192,6 +201,102 @@ static int set_str(struct conf_state *st, const struct conf_key *k,
 	if (n >= k->len)
 		return fail(st, st->lineno, "%s: value longer than %zu bytes",
 			    k->name, k->len - 1);
+	memcpy(field, val, n + 1);
+	return 0;
+}
+
+/* A user or group: a name the system knows, or a number (which need not
+ * name an account, as with chown).
+ */
+static int set_id(struct conf_state *st, const struct conf_key *k,
+		  const char *val, void *field, bool user)
+{
+	struct kvfs_ns_access *a = &st->ns->acc;
+	char buf[4096];
+	uint32_t id;
+	int rc;
+
+	if (val[0] >= '0' && val[0] <= '9') {
+		if (kvfs_util_parse_u32(val, &id) || id == UINT32_MAX)
+			return fail(st, st->lineno,
+				    "%s = '%s': expected a %s name or a number "
+				    "below 4294967295", k->name, val,
+				    user ? "user" : "group");
+	} else if (user) {
+		struct passwd pw, *res = NULL;
+
+		rc = getpwnam_r(val, &pw, buf, sizeof(buf), &res);
+		if (rc || !res)
+			return fail(st, st->lineno, "%s = '%s': no such user%s%s",
+				    k->name, val, rc ? ": " : "",
+				    rc ? strerror(rc) : "");
+		id = res->pw_uid;
+	} else {
+		struct group gr, *res = NULL;
+
+		rc = getgrnam_r(val, &gr, buf, sizeof(buf), &res);
+		if (rc || !res)
+			return fail(st, st->lineno,
+				    "%s = '%s': no such group%s%s", k->name,
+				    val, rc ? ": " : "", rc ? strerror(rc) : "");
+		id = res->gr_gid;
+	}
+	memcpy(field, &id, sizeof(id));
+	if (user)
+		a->has_uid = true;
+	else
+		a->has_gid = true;
+	return 0;
+}
+
+static int set_owner(struct conf_state *st, const struct conf_key *k,
+		     const char *val, void *field)
+{
+	return set_id(st, k, val, field, true);
+}
+
+static int set_group(struct conf_state *st, const struct conf_key *k,
+		     const char *val, void *field)
+{
+	return set_id(st, k, val, field, false);
+}
+
+/* Octal permission bits, as chmod takes them: 1 to 4 digits, 0..0777. */
+static int set_mode(struct conf_state *st, const struct conf_key *k,
+		    const char *val, void *field)
+{
+	size_t n = strlen(val);
+	uint32_t v = 0;
+
+	if (!n || n > 4 || strspn(val, "01234567") != n)
+		goto out_bad;
+	for (size_t i = 0; i < n; i++)
+		v = v * 8 + (uint32_t)(val[i] - '0');
+	if (v > 0777)
+		goto out_bad;
+	memcpy(field, &v, sizeof(v));
+	st->ns->acc.has_mode = true;
+	return 0;
+out_bad:
+	return fail(st, st->lineno,
+		    "%s = '%s': expected octal permission bits 0..0777 "
+		    "(e.g. 0750)", k->name, val);
+}
+
+/* A value (what the engine side knows the checkpoint by) or auto,
+ * resolved once the section's weights is known (ns_end_digest).
+ */
+static int set_digest(struct conf_state *st, const struct conf_key *k,
+		      const char *val, void *field)
+{
+	size_t n = strlen(val);
+
+	if (!n || n >= k->len ||
+	    strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			"0123456789._:+-") != n)
+		return fail(st, st->lineno,
+			    "%s = '%s': expected auto or 1..%zu of "
+			    "[A-Za-z0-9._:+-]", k->name, val, k->len - 1);
 	memcpy(field, val, n + 1);
 	return 0;
 }
@@ -462,6 +567,16 @@ static const struct conf_key ns_keys[] = {
 	/* the upper bound is layers, checked when the section ends */
 	U32("hcache_kv_layers", struct kvfs_ns_params, hc.kv_layers, 0, 1024,
 	    false),
+	{ "owner", set_owner, offsetof(struct kvfs_ns_params, acc.uid), 0, 0, 0,
+	  false },
+	{ "group", set_group, offsetof(struct kvfs_ns_params, acc.gid), 0, 0, 0,
+	  false },
+	{ "mode", set_mode, offsetof(struct kvfs_ns_params, acc.mode), 0, 0, 0,
+	  false },
+	SIZE("quota", struct kvfs_ns_params, acc.quota, 4096, 16ull << 40),
+	SIZE("pin_quota", struct kvfs_ns_params, acc.pin_quota, 4096,
+	     16ull << 40),
+	STR("model_digest", struct kvfs_ns_params, model_digest, set_digest),
 	{ NULL },
 };
 #undef G
@@ -644,10 +759,32 @@ static int ns_end_hcache(struct conf_state *st)
 	return ns_end_kv_layers(st);
 }
 
+/* model_digest = auto: the fingerprint of the checkpoint named by
+ * weights, computed now so that the engine only ever sees a value.
+ */
+static int ns_end_digest(struct conf_state *st)
+{
+	unsigned line = key_at(st, "model_digest");
+	char why[160];
+
+	if (!line || strcmp(st->ns->model_digest, "auto"))
+		return 0;
+	if (!key_at(st, "weights") || !st->ns->hc.weights[0])
+		return fail(st, line,
+			    "[%s]: model_digest = auto needs weights (the "
+			    "checkpoint it is computed from)", st->sec_name);
+	if (kvfs_model_digest(st->ns->hc.weights, st->ns->model_digest, why,
+			      sizeof(why)))
+		return fail(st, line, "[%s]: model_digest = auto: %s",
+			    st->sec_name, why);
+	return 0;
+}
+
 static int ns_end(struct conf_state *st)
 {
 	const struct kvfs_geom *g = &st->ns->geom;
 	uint64_t max = kvfs_fmt_max_file_size(g);
+	int rc;
 
 	if (g->chunk_tokens > g->block_tokens)
 		return fail(st, st->sec_line,
@@ -657,7 +794,8 @@ static int ns_end(struct conf_state *st)
 		return fail(st, st->sec_line,
 			    "[%s]: a block of this geometry exceeds 4G",
 			    st->sec_name);
-	return ns_end_hcache(st);
+	rc = ns_end_hcache(st);
+	return rc ? rc : ns_end_digest(st);
 }
 
 /* The line where key @name of table @keys was set in the section that

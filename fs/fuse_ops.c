@@ -27,12 +27,10 @@
 #include "meta/kvfs_ctl.h"
 #include "cache/policy.h"
 #include "tier/tier.h"
-#include "fs/fuse_ops.h"
+#include "fs/fuse_i.h"
 #include "meta/log.h"
 #include "meta/meta.h"
 #include "meta/util.h"
-
-#define XATTR_PREFIX "user.kvfs."
 
 enum fh_kind {
 	FH_READ = 1,   /* a committed block opened read-only */
@@ -52,8 +50,11 @@ struct kvfs_fh {
 	pthread_mutex_t lock;        /* FH_WRITE: guards p, b, rc */
 	struct kvfs_reader r;        /* FH_READ */
 	struct kvfs_pending *p;      /* FH_WRITE before commit */
+	struct kvfs_ns *ns;          /* FH_WRITE: where it is written */
 	struct kvfs_block *b;        /* FH_WRITE after commit */
 	int rc;                      /* FH_WRITE: the commit's result */
+	uint32_t uid, gid;           /* FH_WRITE: the writer, who owns the file
+				      * until it is committed */
 	char *text;                  /* FH_TEXT; FH_CTL: pending response */
 	size_t text_len;
 	struct kvfs_ctl_session *ctl; /* FH_CTL */
@@ -61,7 +62,7 @@ struct kvfs_fh {
 
 static struct kvfs_fs *fs_of(fuse_req_t req)
 {
-	return fuse_req_userdata(req);
+	return kvfs_fuse_fs(req);
 }
 
 static struct kvfs_fh *fh_of(struct fuse_file_info *fi)
@@ -71,7 +72,7 @@ static struct kvfs_fh *fh_of(struct fuse_file_info *fi)
 
 static void reply_rc(fuse_req_t req, int rc)
 {
-	fuse_reply_err(req, rc < 0 ? -rc : rc);
+	kvfs_fuse_reply_rc(req, rc);
 }
 
 /* ------------------------------------------------------------ attributes */
@@ -87,18 +88,35 @@ static void dir_attr(struct stat *st, uint64_t ino, nlink_t nlink)
 	st->st_blksize = 4096;
 }
 
-static void block_attr(struct kvfs_block *b, struct stat *st)
+/* A namespace's directory: its owner, group and mode (kvfs.conf). */
+static void ns_attr(struct kvfs_fs *fs, struct kvfs_ns *ns, struct stat *st)
+{
+	struct kvfs_ctl_owner o;
+
+	kvfs_ctl_ns_owner(fs->c, ns, &o);
+	dir_attr(st, kvfs_ns_ino(ns), 2);
+	st->st_mode = S_IFDIR | o.mode;
+	st->st_uid = o.uid;
+	st->st_gid = o.gid;
+}
+
+static void block_attr(struct kvfs_fs *fs, struct kvfs_block *b,
+		       struct stat *st)
 {
 	struct kvfs_block_info bi;
+	struct kvfs_ctl_owner o;
 
 	kvfs_block_info(b, &bi);
+	kvfs_ctl_ns_owner(fs->c, kvfs_block_ns(b), &o);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = bi.ino;
-	/* Committed blocks are immutable: read-only for everyone. */
-	st->st_mode = S_IFREG | 0444;
+	/* Committed blocks are immutable: the namespace's owner and group,
+	 * with its read bits only (0750 gives 0440).
+	 */
+	st->st_mode = S_IFREG | (o.mode & 0444);
 	st->st_nlink = 1;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	st->st_uid = o.uid;
+	st->st_gid = o.gid;
 	st->st_size = (off_t)bi.size;
 	st->st_blocks = (blkcnt_t)((bi.size + 511) / 512);
 	st->st_blksize = 1 << 20;
@@ -109,22 +127,26 @@ static void block_attr(struct kvfs_block *b, struct stat *st)
 	st->st_atim.tv_nsec = (long)(bi.last_access % 1000000000ull);
 }
 
-/* A file being written: writable by its writer, size still growing. */
-static void pending_stat(uint64_t ino, uint64_t size, struct stat *st)
+/* A file being written: its writer's, writable by it, size still
+ * growing.
+ */
+static void pending_stat(uint64_t ino, uint64_t size, uint32_t uid,
+			 uint32_t gid, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_mode = S_IFREG | 0644;
 	st->st_nlink = 1;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	st->st_uid = uid;
+	st->st_gid = gid;
 	st->st_size = (off_t)size;
 	st->st_blksize = 1 << 20;
 }
 
-static void pending_attr(struct kvfs_pending *p, struct stat *st)
+static void pending_attr(struct kvfs_fh *fh, struct stat *st)
 {
-	pending_stat(kvfs_pending_ino(p), kvfs_pending_size(p), st);
+	pending_stat(kvfs_pending_ino(fh->p), kvfs_pending_size(fh->p),
+		     fh->uid, fh->gid, st);
 }
 
 static void text_attr(struct stat *st, uint64_t ino)
@@ -165,17 +187,19 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 	}
 	ns = kvfs_cache_ns_by_ino(fs->c, ino);
 	if (ns) {
-		dir_attr(st, ino, 2);
+		ns_attr(fs, ns, st);
 		return 0;
 	}
 	if (kvfs_cache_get(fs->c, ino, &b) == 0) {
-		block_attr(b, st);
+		block_attr(fs, b, st);
 		kvfs_cache_put(fs->c, b);
 		return 0;
 	}
 	uint64_t size;
 	if (kvfs_cache_pending_size(fs->c, ino, &size) == 0) {
-		pending_stat(ino, size, st);
+		/* Asked without the writer's handle: the daemon's. */
+		pending_stat(ino, size, (uint32_t)getuid(), (uint32_t)getgid(),
+			     st);
 		return 0;
 	}
 	return -ENOENT;
@@ -229,7 +253,7 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		block_attr(b, &e.attr);
+		block_attr(fs, b, &e.attr);
 		e.ino = e.attr.st_ino;
 		kvfs_cache_put(fs->c, b);
 		fuse_reply_entry(req, &e);
@@ -254,9 +278,9 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino,
 	if (fh && fh->kind == FH_WRITE) {
 		pthread_mutex_lock(&fh->lock);
 		if (fh->p)
-			pending_attr(fh->p, &st);
+			pending_attr(fh, &st);
 		else if (fh->b)
-			block_attr(fh->b, &st);
+			block_attr(fs, fh->b, &st);
 		rc = (fh->p || fh->b) ? 0 : -ENOENT;
 		pthread_mutex_unlock(&fh->lock);
 	} else {
@@ -300,7 +324,7 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		 * kept: a committed block is always 0444.
 		 */
 		if (!rc)
-			pending_attr(fh->p, &st);
+			pending_attr(fh, &st);
 	}
 	pthread_mutex_unlock(&fh->lock);
 	if (rc)
@@ -348,6 +372,11 @@ static void kvfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		ns = kvfs_cache_ns_by_ino(fs->c, ino);
 		if (!ns) {
 			fuse_reply_err(req, ENOTDIR);
+			return;
+		}
+		if (kvfs_fuse_may(req, ns, KVFS_CTL_MAY_READ,
+					     "list")) {
+			fuse_reply_err(req, EACCES);
 			return;
 		}
 	}
@@ -472,6 +501,9 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 			return;
 		}
 		rc = kvfs_cache_stats(fs->c, &fh->text, &fh->text_len);
+		if (!rc)
+			fh->text_len = kvfs_fuse_stats_filter(req, fh->text,
+							      fh->text_len);
 		if (rc) {
 			fh_free(fs, fh);
 			reply_rc(req, rc);
@@ -496,6 +528,13 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 		/* Committed blocks are immutable. */
 		kvfs_cache_put(fs->c, b);
 		fuse_reply_err(req, EPERM);
+		return;
+	}
+	rc = kvfs_fuse_may(req, kvfs_block_ns(b), KVFS_CTL_MAY_READ,
+			   "open a block");
+	if (rc) {
+		kvfs_cache_put(fs->c, b);
+		reply_rc(req, rc);
 		return;
 	}
 	fh = fh_new(FH_READ);
@@ -540,7 +579,12 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 					    : ENOTDIR);
 		return;
 	}
-	rc = kvfs_cache_create(fs->c, ns, name, &p);
+	/* The kernel checked the directory's mode (default_permissions);
+	 * the engine's own rule says the same, whatever the mount options.
+	 */
+	rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_WRITE, "create a block");
+	if (!rc)
+		rc = kvfs_cache_create(fs->c, ns, name, &p);
 	if (rc) {
 		reply_rc(req, rc);
 		return;
@@ -552,9 +596,12 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	fh->p = p;
+	fh->ns = ns;
+	fh->uid = (uint32_t)fuse_req_ctx(req)->uid;
+	fh->gid = (uint32_t)fuse_req_ctx(req)->gid;
 	memset(&e, 0, sizeof(e));
 	e.ino = kvfs_pending_ino(p);
-	pending_attr(p, &e.attr);
+	pending_attr(fh, &e.attr);
 	/* Not cached: the name must not resolve for others until commit. */
 	e.entry_timeout = 0;
 	e.attr_timeout = 0;
@@ -674,6 +721,7 @@ static void read_fh(fuse_req_t req, struct kvfs_fs *fs, struct kvfs_fh *fh,
 static void ctl_write(fuse_req_t req, struct kvfs_fh *fh, const char *buf,
 		      size_t size)
 {
+	struct kvfs_ctl_creds cr;
 	void *resp;
 	size_t rlen;
 	int rc;
@@ -684,8 +732,9 @@ static void ctl_write(fuse_req_t req, struct kvfs_fh *fh, const char *buf,
 		fuse_reply_err(req, EMSGSIZE);
 		return;
 	}
-	rc = kvfs_ctl_exec(fh->ctl, fuse_req_ctx(req)->pid, buf, size,
-			   KVFS_CTL_MAX_SIZE, &resp, &rlen);
+	kvfs_fuse_creds(req, &cr);
+	rc = kvfs_ctl_exec(fh->ctl, &cr, buf, size, KVFS_CTL_MAX_SIZE, &resp,
+			   &rlen);
 	if (rc) {
 		reply_rc(req, rc);
 		return;
@@ -728,7 +777,15 @@ static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static int fh_commit(struct kvfs_fs *fs, struct kvfs_fh *fh)
 {
 	if (fh->p) {
-		fh->rc = kvfs_cache_commit(fs->c, fh->p, &fh->b);
+		/* Room under the namespace's quota first, made from its own
+		 * blocks: over it with nothing to evict, close fails (EDQUOT).
+		 */
+		fh->rc = kvfs_ctl_quota_admit(fs->c, fh->ns,
+					      kvfs_pending_size(fh->p));
+		if (fh->rc)
+			kvfs_cache_abandon(fs->c, fh->p);
+		else
+			fh->rc = kvfs_cache_commit(fs->c, fh->p, &fh->b);
 		fh->p = NULL;
 	}
 	return fh->rc;
@@ -799,6 +856,7 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
+	int rc;
 
 	if (!ns) {
 		fuse_reply_err(req, parent == KVFS_INO_ROOT ||
@@ -807,7 +865,8 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 					    : ENOTDIR);
 		return;
 	}
-	reply_rc(req, kvfs_cache_unlink(fs->c, ns, name));
+	rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_WRITE, "unlink a block");
+	reply_rc(req, rc ? rc : kvfs_cache_unlink(fs->c, ns, name));
 }
 
 static void kvfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -867,293 +926,13 @@ static void kvfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &st);
 }
 
-/* ---------------------------------------------------------------- xattrs */
-
-static int tiers_str(unsigned bits, char *buf, size_t len)
-{
-	static const int order[] = { KVFS_TIER_GPU, KVFS_TIER_DRAM,
-				     KVFS_TIER_SSD };
-	size_t used = 0;
-
-	buf[0] = 0;
-	for (size_t i = 0; i < 3; i++) {
-		if (!(bits & (1u << order[i])))
-			continue;
-		used += (size_t)snprintf(buf + used, len - used, "%s%s",
-					 used ? "," : "",
-					 kvfs_tier_name(order[i]));
-	}
-	return (int)used;
-}
-
-/* The value of @name for a block, or -ENODATA. */
-static int block_xattr(struct kvfs_block *b, const char *name, char *v,
-		       size_t len)
-{
-	struct kvfs_block_info bi;
-	char hex[KVFS_KEY_HEX_LEN + 1];
-
-	kvfs_block_info(b, &bi);
-	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
-		return -ENODATA;
-	name += strlen(XATTR_PREFIX);
-	if (!strcmp(name, "tier"))
-		return tiers_str(bi.tiers, v, len);
-	if (!strcmp(name, "tokens"))
-		return snprintf(v, len, "%u", bi.n_tokens);
-	if (!strcmp(name, "parent")) {
-		kvfs_fmt_key_hex(bi.parent, hex);
-		return snprintf(v, len, "%s", hex);
-	}
-	if (!strcmp(name, "hits"))
-		return snprintf(v, len, "%" PRIu64, bi.hits);
-	if (!strcmp(name, "last_access"))
-		return snprintf(v, len, "%" PRIu64 ".%09" PRIu64,
-				(uint64_t)(bi.last_access / 1000000000ull),
-				(uint64_t)(bi.last_access % 1000000000ull));
-	if (!strcmp(name, "depth"))
-		return snprintf(v, len, "%u", bi.depth);
-	if (!strcmp(name, "durable"))
-		return snprintf(v, len, "%d", bi.persisted ? 1 : 0);
-	if (!strcmp(name, "category"))
-		return snprintf(v, len, "%u", bi.category);
-	if (!strcmp(name, "leases"))
-		return snprintf(v, len, "%u", bi.leases);
-	/* What the store keeps; reads always see the KV-kind file.  A split
-	 * block names its layer ranges, both inclusive:
-	 * "hidden:0-30,kv:31-31".
-	 */
-	if (!strcmp(name, "stored_as")) {
-		if (bi.stored_kind == KVFS_KIND_MIXED)
-			return snprintf(v, len, "hidden:0-%u,kv:%u-%u",
-					bi.stored_kv_from - 1,
-					bi.stored_kv_from, bi.n_layers - 1);
-		return snprintf(v, len, "%s",
-				bi.stored_kind == KVFS_KIND_HIDDEN ? "hidden" :
-								     "kv");
-	}
-	/* The stored image's bytes (what the SSD holds; the file's size is
-	 * the KV-kind file's).
-	 */
-	if (!strcmp(name, "stored_bytes"))
-		return snprintf(v, len, "%" PRIu64, bi.stored_size);
-	if (!strcmp(name, "pin")) {
-		if (!bi.pins)
-			return -ENODATA;
-		return tiers_str(bi.pins, v, len);
-	}
-	return -ENODATA;
-}
-
-static const char *const block_xattrs[] = {
-	"tier", "tokens", "parent", "hits", "last_access", "depth",
-	"durable", "category", "leases", "pin", "stored_as", "stored_bytes",
-};
-
-static int ns_xattr(struct kvfs_ns *ns, const char *name, char *v,
-		    size_t len)
-{
-	const struct kvfs_geom *g = kvfs_ns_geom(ns);
-	char hex[KVFS_KEY_HEX_LEN + 1];
-
-	if (!strcmp(name, XATTR_PREFIX "root")) {
-		kvfs_fmt_key_hex(kvfs_ns_root(ns), hex);
-		return snprintf(v, len, "%s", hex);
-	}
-	if (!strcmp(name, XATTR_PREFIX "geometry"))
-		return snprintf(v, len,
-				"layers=%u kv_heads=%u head_dim=%u dtype=%s "
-				"block_tokens=%u chunk_tokens=%u hidden_size=%u",
-				g->n_layers, g->n_kv_heads, g->head_dim,
-				kvfs_fmt_dtype_name(g->dtype), g->block_tokens,
-				g->chunk_tokens, g->hidden_size);
-	if (!strcmp(name, XATTR_PREFIX "blocks"))
-		return snprintf(v, len, "%" PRIu64, kvfs_ns_nblocks(ns));
-	return -ENODATA;
-}
-
-static void reply_value(fuse_req_t req, const char *v, int n, size_t size)
-{
-	if (n < 0)
-		reply_rc(req, n);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)n);
-	else if ((size_t)n > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, v, (size_t)n);
-}
-
-static void kvfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			  size_t size)
-{
-	struct kvfs_fs *fs = fs_of(req);
-	struct kvfs_block *b;
-	struct kvfs_ns *ns;
-	char v[512];
-	int n = -ENODATA;
-
-	ns = kvfs_cache_ns_by_ino(fs->c, ino);
-	if (ns) {
-		n = ns_xattr(ns, name, v, sizeof(v));
-	} else if (kvfs_cache_get(fs->c, ino, &b) == 0) {
-		n = block_xattr(b, name, v, sizeof(v));
-		kvfs_cache_put(fs->c, b);
-	}
-	reply_value(req, v, n, size);
-}
-
-static void kvfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	struct kvfs_fs *fs = fs_of(req);
-	struct kvfs_block *b;
-	char list[1024], v[512];
-	size_t used = 0;
-
-	if (kvfs_cache_ns_by_ino(fs->c, ino)) {
-		static const char names[] = XATTR_PREFIX "root\0" XATTR_PREFIX
-			"geometry\0" XATTR_PREFIX "blocks";
-
-		memcpy(list, names, sizeof(names));
-		used = sizeof(names);
-	} else if (kvfs_cache_get(fs->c, ino, &b) == 0) {
-		for (size_t i = 0; i < sizeof(block_xattrs) /
-						sizeof(block_xattrs[0]);
-		     i++) {
-			char full[64];
-
-			snprintf(full, sizeof(full), XATTR_PREFIX "%s",
-				 block_xattrs[i]);
-			if (block_xattr(b, full, v, sizeof(v)) < 0)
-				continue;
-			memcpy(list + used, full, strlen(full) + 1);
-			used += strlen(full) + 1;
-		}
-		kvfs_cache_put(fs->c, b);
-	}
-	reply_value(req, list, (int)used, size);
-}
-
-/*
- * A settable value is one short word. Trailing newlines and NULs are
- * dropped (echo and some tools add them); anything else around the word,
- * or a value too long for @len, makes it garbage rather than something to
- * cut down to a word that happens to parse: -EINVAL.
- */
-static int xattr_word(const char *name, const char *value, size_t size,
-		      char *v, size_t len)
-{
-	while (size && (value[size - 1] == '\0' || value[size - 1] == '\n'))
-		size--;
-	if (size >= len || (size && (memchr(value, '\0', size) ||
-				     memchr(value, '\n', size)))) {
-		kvfs_warn("setxattr %s: a value of %zu bytes that is not one "
-			  "word", name, size);
-		v[0] = 0;
-		return -EINVAL;
-	}
-	if (size)
-		memcpy(v, value, size);
-	v[size] = 0;
-	return 0;
-}
-
-static void kvfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			  const char *value, size_t size, int flags)
-{
-	struct kvfs_fs *fs = fs_of(req);
-	struct kvfs_block *b;
-	char v[64], junk[512];
-	uint32_t cat;
-	int rc, tier;
-
-	if (kvfs_cache_ns_by_ino(fs->c, ino)) {
-		rc = ns_xattr(kvfs_cache_ns_by_ino(fs->c, ino), name, junk,
-			      sizeof(junk));
-		reply_rc(req, rc >= 0 ? -EPERM : -ENOTSUP);
-		return;
-	}
-	rc = kvfs_cache_get(fs->c, ino, &b);
-	if (rc) {
-		reply_rc(req, ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
-		return;
-	}
-	if (!strcmp(name, XATTR_PREFIX "pin")) {
-		tier = xattr_word(name, value, size, v, sizeof(v));
-		if (!tier)
-			tier = kvfs_tier_parse(v);
-		if (tier < 0) {
-			kvfs_warn("setxattr %s=%s: expected gpu, dram or ssd",
-				  name, v);
-			rc = -EINVAL;
-		} else {
-			rc = kvfs_cache_pin(fs->c, b, tier);
-		}
-	} else if (!strcmp(name, XATTR_PREFIX "category")) {
-		rc = xattr_word(name, value, size, v, sizeof(v));
-		if (!rc)
-			rc = kvfs_util_parse_u32(v, &cat);
-		if (rc || cat > 0xffff) {
-			kvfs_warn("setxattr %s=%s: expected 0..65535", name, v);
-			rc = -EINVAL;
-		} else {
-			rc = kvfs_cache_set_category(fs->c, b, cat);
-		}
-	} else if (block_xattr(b, name, junk, sizeof(junk)) >= 0 ||
-		   !strcmp(name, XATTR_PREFIX "pin")) {
-		rc = -EPERM;
-	} else {
-		bool ours = !strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX));
-		size_t i;
-
-		for (i = 0; ours && i < sizeof(block_xattrs) /
-						sizeof(block_xattrs[0]);
-		     i++)
-			if (!strcmp(name + strlen(XATTR_PREFIX),
-				    block_xattrs[i]))
-				break;
-		rc = ours && i < sizeof(block_xattrs) / sizeof(block_xattrs[0])
-			     ? -EPERM
-			     : -ENOTSUP;
-	}
-	kvfs_cache_put(fs->c, b);
-	reply_rc(req, rc);
-}
-
-static void kvfs_removexattr(fuse_req_t req, fuse_ino_t ino,
-			     const char *name)
-{
-	struct kvfs_fs *fs = fs_of(req);
-	struct kvfs_block *b;
-	char junk[512];
-	int rc;
-
-	rc = kvfs_cache_get(fs->c, ino, &b);
-	if (rc) {
-		reply_rc(req, kvfs_cache_ns_by_ino(fs->c, ino) ? -EPERM
-							       : -ENODATA);
-		return;
-	}
-	if (!strcmp(name, XATTR_PREFIX "pin")) {
-		struct kvfs_block_info bi;
-
-		kvfs_block_info(b, &bi);
-		rc = bi.pins ? kvfs_cache_unpin(fs->c, b) : -ENODATA;
-	} else if (block_xattr(b, name, junk, sizeof(junk)) >= 0) {
-		rc = -EPERM;
-	} else {
-		rc = -ENODATA;
-	}
-	kvfs_cache_put(fs->c, b);
-	reply_rc(req, rc);
-}
-
 static void kvfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 		       void *arg, struct fuse_file_info *fi, unsigned flags,
 		       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
 	struct kvfs_fh *fh = fh_of(fi);
 	const struct kvfs_ctl_req *r = in_buf;
+	struct kvfs_ctl_creds cr;
 	void *resp;
 	size_t rlen;
 	int rc;
@@ -1190,7 +969,8 @@ static void kvfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 	/* The message is fixed-size: the request's own size says how much
 	 * of it is the request.
 	 */
-	rc = kvfs_ctl_exec(fh->ctl, fuse_req_ctx(req)->pid, in_buf,
+	kvfs_fuse_creds(req, &cr);
+	rc = kvfs_ctl_exec(fh->ctl, &cr, in_buf,
 			   r->size <= KVFS_CTL_MSG_SIZE ? r->size : in_bufsz,
 			   KVFS_CTL_MSG_SIZE, &resp, &rlen);
 	if (rc) {
@@ -1231,9 +1011,9 @@ const struct fuse_lowlevel_ops kvfs_fuse_ops = {
 	.mknod = kvfs_mknod,
 	.symlink = kvfs_symlink,
 	.statfs = kvfs_statfs,
-	.getxattr = kvfs_getxattr,
-	.listxattr = kvfs_listxattr,
-	.setxattr = kvfs_setxattr,
-	.removexattr = kvfs_removexattr,
+	.getxattr = kvfs_fuse_getxattr,
+	.listxattr = kvfs_fuse_listxattr,
+	.setxattr = kvfs_fuse_setxattr,
+	.removexattr = kvfs_fuse_removexattr,
 	.ioctl = kvfs_ioctl,
 };

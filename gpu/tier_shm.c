@@ -3,7 +3,8 @@
  * The shm device tier: one POSIX shared-memory object stands in for device
  * memory.  Clients map it read-only by its name, exactly as they would
  * open a cudaIpcMemHandle, and their own memory ("peers") is another shm
- * object each.  Every copy is a memcpy, so this backend is the reference
+ * object each.  The object is mode 0600: it holds every namespace's
+ * blocks, so only the daemon's user and root may map it.  Every copy is a memcpy, so this backend is the reference
  * the cuda backend's tests are held to.
  *
  * The object is fully allocated at init (posix_fallocate) so that running
@@ -414,7 +415,7 @@ static int shm_create(struct shm_tier *s, const char *name, unsigned flags)
 			return -EINVAL;
 		}
 		fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-			      0644);
+			      0600);
 		if (fd >= 0)
 			return fd;
 		if (errno == EEXIST && (flags & KVFS_GPU_PRIVATE))
@@ -459,8 +460,10 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		err = fd;
 		goto out_free;
 	}
-	/* The umask must not hide the pool from the clients that map it. */
-	if (fchmod(fd, 0644) || ftruncate(fd, (off_t)capacity) ||
+	/* The pool holds every namespace's blocks: only the daemon's user
+	 * (and root) may map it, whatever the umask (docs/ctl.md).
+	 */
+	if (fchmod(fd, 0600) || ftruncate(fd, (off_t)capacity) ||
 	    fstat(fd, &sb)) {
 		err = -errno;
 		kvfs_err("shm: size %s to %" PRIu64 " bytes: %s", s->name,

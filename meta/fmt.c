@@ -163,6 +163,26 @@ void kvfs_fmt_root_key(const char *ns, const char *salt,
 	sha_key(pc, 4, out);
 }
 
+void kvfs_fmt_root_key_model(const char *ns, const char *salt,
+			     const char *model, uint8_t out[KVFS_KEY_LEN])
+{
+	static const char nul;
+	struct piece pc[6] = {
+		{ ROOT_TAG, sizeof(ROOT_TAG) }, /* includes its 0x00 */
+		{ ns ? ns : "", ns ? strlen(ns) : 0 },
+		{ &nul, 1 },
+		{ salt ? salt : "", salt ? strlen(salt) : 0 },
+		{ &nul, 1 },
+		{ model, model ? strlen(model) : 0 },
+	};
+
+	if (!model || !model[0]) {
+		kvfs_fmt_root_key(ns, salt, out);
+		return;
+	}
+	sha_key(pc, 6, out);
+}
+
 /* Hash input is parent ‖ tokens as u32 LE: the raw token area of a file. */
 static void block_key_raw(const uint8_t parent[KVFS_KEY_LEN],
 			  const uint8_t *tok_le, size_t n_tokens,

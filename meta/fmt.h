@@ -116,6 +116,13 @@ uint32_t kvfs_fmt_crc32c(uint32_t crc, const void *buf, size_t len);
  */
 void kvfs_fmt_root_key(const char *ns, const char *salt,
 		       uint8_t out[KVFS_KEY_LEN]);
+/* Root key of namespace @ns with @salt and the model fingerprint @model
+ * (NULL or "" for none: then kvfs_fmt_root_key()'s):
+ * SHA-256("kvfs-ns-v1" 0x00 ns 0x00 salt 0x00 model)[0..16). Neither the
+ * salt nor the model holds a NUL, so no two triples hash the same bytes.
+ */
+void kvfs_fmt_root_key_model(const char *ns, const char *salt,
+			     const char *model, uint8_t out[KVFS_KEY_LEN]);
 /* Key of a block: SHA-256(parent[16] ‖ tokens as u32 LE)[0..16). */
 void kvfs_fmt_block_key(const uint8_t parent[KVFS_KEY_LEN],
 			const uint32_t *tokens, size_t n_tokens,

@@ -370,10 +370,15 @@ static void *req_make(uint16_t op, uint32_t tier,
 static int ctl_do(struct bench *B, const void *req, size_t len,
 		  struct kvfs_ctl_resp **out)
 {
+	struct kvfs_ctl_creds cr = {
+		.pid = (int)getpid(),
+		.uid = (uint32_t)getuid(),
+		.gid = (uint32_t)getgid(),
+	};
 	void *resp = NULL;
 	size_t rlen;
-	int rc = kvfs_ctl_exec(B->s, (int)getpid(), req, len,
-			       KVFS_CTL_MAX_SIZE, &resp, &rlen);
+	int rc = kvfs_ctl_exec(B->s, &cr, req, len, KVFS_CTL_MAX_SIZE, &resp,
+			       &rlen);
 
 	if (!rc && ((struct kvfs_ctl_resp *)resp)->error)
 		rc = ((struct kvfs_ctl_resp *)resp)->error;

@@ -50,7 +50,8 @@ cat >>"$STORE/kvfs.conf" <<EOC
 backend = shm
 capacity = 1M
 EOC
-t_check "mount" kvfs_mount
+# allow_other: a second pass runs as another user (below).
+t_check "mount" kvfs_mount -o allow_other
 t_check "seed data" gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 2 --blocks 3 \
 	--shared 1 --seed 7 --log "$T_DIR/seed.keys" --quiet
 
@@ -85,6 +86,32 @@ t_check "no checksum errors" test "$(kvfs_stat cache.checksum_errors)" -eq 0
 t_check "bad blocks were logged as rejected" grep -q "rejected" "$STORE/kvfs.log"
 t_check "bad ctl requests were logged" grep -q "ctl: malformed request" "$STORE/kvfs.log"
 t_check "no sanitizer report while fuzzing" no_sanitizer_report
+
+# The same operations from a caller that is neither root nor the
+# namespace's owner (the namespace is root's, 0755: it may read, not
+# write). The client's own verdicts expect its writes to succeed, so they
+# are not counted; what must hold is that this caller changed nothing.
+FUZZ_USER=kvfsfz$$
+if [ "$(id -u)" -eq 0 ] && command -v useradd >/dev/null && command -v runuser >/dev/null &&
+	useradd -M -U -s /bin/sh "$FUZZ_USER" 2>/dev/null; then
+	trap 'userdel "$FUZZ_USER" 2>/dev/null; getent group "$FUZZ_USER" >/dev/null && groupdel "$FUZZ_USER"; t_cleanup' EXIT
+	chmod 0755 "$T_DIR"
+	chmod -R a+rX "$T_DIR/good" "$T_DIR/seed.keys"
+	runuser -u "$FUZZ_USER" -- env KVFS_MNT="$MNT" KVFS_NS="$NS" KVFS_PID="$KVFS_PID" \
+		KVFS_FUZZ_SEED=$((SEED + 1)) KVFS_FUZZ_SCALE=0.3 \
+		KVFS_FUZZ_SEEDKEYS="$T_DIR/seed.keys" KVFS_FUZZ_GOOD="$T_DIR/good" \
+		KVFS_FUZZ_SHM_TAG="$SHM_TAG-u" \
+		timeout -s KILL 600 "$BIN/../itests/fuzz_client" >"$T_DIR/fuzz-user.out" 2>&1
+	rm -f "/dev/shm/kvfs-fuzz-$SHM_TAG-u-peer" "/dev/shm/kvfs-fuzz-$SHM_TAG-u-sync"
+	t_check "fuzzing as $FUZZ_USER: the daemon survived" daemon_alive
+	t_check "fuzzing as $FUZZ_USER: the seeded data is intact" seeded_intact
+	t_check "fuzzing as $FUZZ_USER: it stored nothing" nothing_else
+	t_check "fuzzing as $FUZZ_USER: its writes were refused and logged" \
+		grep -q "uid $(id -u "$FUZZ_USER") may not" "$STORE/kvfs.log"
+	t_check "fuzzing as $FUZZ_USER: no sanitizer report" no_sanitizer_report
+else
+	t_ok "fuzzing as another user # SKIP needs root, useradd and runuser"
+fi
 
 t_check "unmount" kvfs_unmount
 t_check "no sanitizer report at exit" no_sanitizer_report

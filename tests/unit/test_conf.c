@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "fs/conf.h"
+#include "fs/model_digest.h"
 #include "hcache/restore.h"
 #include "meta/log.h"
 
@@ -837,6 +838,157 @@ static void test_tier_remote(void **state)
 }
 
 /* The documented example at the repository root must stay valid. */
+
+/* owner, group, mode, quota, pin_quota (docs/operations.md, "Sharing a
+ * host"): each at its own line, strictly.
+ */
+static void test_tenant_keys(void **state)
+{
+	const struct kvfs_ns_access *a = &conf->cache.ns[0].acc;
+	char t[2048];
+
+	/* without them: the mounting user's, 0755, no quotas */
+	expect_ok(ns_ok);
+	assert_false(a->has_uid);
+	assert_false(a->has_gid);
+	assert_false(a->has_mode);
+	assert_int_equal(a->quota, 0);
+	assert_int_equal(a->pin_quota, 0);
+	assert_string_equal(conf->cache.ns[0].model_digest, "");
+
+	hc_text(t, sizeof(t),
+		"owner = root\ngroup = root\nmode = 0750\nquota = 1G\n"
+		"pin_quota = 64M\n");
+	expect_ok(t);
+	assert_true(a->has_uid && a->has_gid && a->has_mode);
+	assert_int_equal(a->uid, 0);
+	assert_int_equal(a->gid, 0);
+	assert_int_equal(a->mode, 0750);
+	assert_int_equal(a->quota, 1ull << 30);
+	assert_int_equal(a->pin_quota, 64ull << 20);
+
+	/* numbers need not name an account, as with chown */
+	hc_text(t, sizeof(t), "owner = 4242\ngroup = 4343\nmode = 640\n");
+	expect_ok(t);
+	assert_int_equal(a->uid, 4242);
+	assert_int_equal(a->gid, 4343);
+	assert_int_equal(a->mode, 0640);
+	hc_text(t, sizeof(t), "mode = 0\n");
+	expect_ok(t);
+	assert_true(a->has_mode);
+	assert_int_equal(a->mode, 0);
+
+	hc_text(t, sizeof(t), "owner = no-such-user-kvfs\n");
+	expect_err(t, 8, "owner = 'no-such-user-kvfs': no such user");
+	hc_text(t, sizeof(t), "group = no-such-group-kvfs\n");
+	expect_err(t, 8, "group = 'no-such-group-kvfs': no such group");
+	hc_text(t, sizeof(t), "owner = 4294967295\n");
+	expect_err(t, 8, "expected a user name or a number");
+	hc_text(t, sizeof(t), "group = 12x\n");
+	expect_err(t, 8, "expected a group name or a number");
+	hc_text(t, sizeof(t), "mode = 0800\n");
+	expect_err(t, 8, "mode = '0800': expected octal permission bits");
+	hc_text(t, sizeof(t), "mode = 1755\n");
+	expect_err(t, 8, "expected octal permission bits 0..0777");
+	hc_text(t, sizeof(t), "mode = 07500\n");
+	expect_err(t, 8, "expected octal permission bits");
+	hc_text(t, sizeof(t), "mode = rwx\n");
+	expect_err(t, 8, "expected octal permission bits");
+	hc_text(t, sizeof(t), "mode =\n");
+	expect_err(t, 8, "expected octal permission bits");
+	hc_text(t, sizeof(t), "quota = 1K\n");
+	expect_err(t, 8, "quota = '1K': expected a size in");
+	hc_text(t, sizeof(t), "pin_quota = lots\n");
+	expect_err(t, 8, "pin_quota = 'lots': expected a size in");
+	hc_text(t, sizeof(t), "owner = root\nowner = 0\n");
+	expect_err(t, 9, "duplicate key 'owner'");
+	/* outside a namespace they are unknown */
+	expect_err("[daemon]\nmode = 0750\n", 2, "unknown key 'mode'");
+}
+
+/* A safetensors file: an 8-byte header length, the header, @data bytes
+ * of tensor data (each its offset's low byte, xored with @salt).
+ */
+static void write_st(const char *path, const char *hdr, size_t data,
+		     uint8_t salt)
+{
+	FILE *f = fopen(path, "w");
+	uint64_t n = strlen(hdr);
+
+	assert_non_null(f);
+	for (int i = 0; i < 8; i++)
+		fputc((int)((n >> (8 * i)) & 0xff), f);
+	fputs(hdr, f);
+	for (size_t i = 0; i < data; i++)
+		fputc((int)((i & 0xff) ^ salt), f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_model_digest(void **state)
+{
+	char dir[] = "/tmp/kvfs-test-digest-XXXXXX", t[2048], p[256], q[256];
+	char d1[65], d2[65], why[160];
+	const char *md = conf->cache.ns[0].model_digest;
+
+	/* a value */
+	hc_text(t, sizeof(t), "model_digest = sha256:0123abcd\n");
+	expect_ok(t);
+	assert_string_equal(md, "sha256:0123abcd");
+	hc_text(t, sizeof(t), "model_digest = has blank\n");
+	expect_err(t, 8, "expected auto or 1..64 of");
+	snprintf(p, sizeof(p), "model_digest = %065d\n", 0);
+	hc_text(t, sizeof(t), p);
+	expect_err(t, 8, "expected auto or 1..64 of");
+	/* auto needs weights */
+	hc_text(t, sizeof(t), "model_digest = auto\n");
+	expect_err(t, 8, "model_digest = auto needs weights");
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+	/* a header and 3 MiB of data: both ends are sampled */
+	write_st(p, "{\"__metadata__\":{}}", 3u << 20, 0);
+	assert_int_equal(kvfs_model_digest(p, d1, why, sizeof(why)), 0);
+	assert_int_equal(strlen(d1), 64);
+	assert_int_equal(kvfs_model_digest(p, d2, why, sizeof(why)), 0);
+	assert_string_equal(d1, d2);
+	/* the same header with other weights (a fine-tune): another digest */
+	write_st(p, "{\"__metadata__\":{}}", 3u << 20, 1);
+	assert_int_equal(kvfs_model_digest(p, d2, why, sizeof(why)), 0);
+	assert_string_not_equal(d1, d2);
+
+	snprintf(t, sizeof(t), "%shidden_size = 1024\nfamily = llama\n"
+		 "weights = %s\nmodel_digest = auto\n", ns_ok, p);
+	expect_ok(t);
+	assert_string_equal(md, d2);
+
+	/* an index: its bytes and every shard it names */
+	snprintf(q, sizeof(q), "%s/model.safetensors.index.json", dir);
+	{
+		FILE *f = fopen(q, "w");
+
+		assert_non_null(f);
+		fputs("{\"weight_map\": {\"a\": \"model.safetensors\", "
+		      "\"b\": \"model.safetensors\"}}", f);
+		assert_int_equal(fclose(f), 0);
+	}
+	assert_int_equal(kvfs_model_digest(q, d1, why, sizeof(why)), 0);
+	assert_string_not_equal(d1, d2);
+
+	/* what cannot be read fails the parse at the key's line */
+	snprintf(q, sizeof(q), "%s/nothing.safetensors", dir);
+	snprintf(t, sizeof(t), "%shidden_size = 1024\nfamily = llama\n"
+		 "weights = %s\nmodel_digest = auto\n", ns_ok, q);
+	expect_err(t, 11, "model_digest = auto: ");
+	write_st(q, "", 0, 0);
+	assert_int_equal(kvfs_model_digest(q, d1, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "not a safetensors file"));
+	unlink(q);
+	snprintf(q, sizeof(q), "%s/model.safetensors.index.json", dir);
+	unlink(q);
+	unlink(p);
+	rmdir(dir);
+}
+
 static void test_example_conf(void **state)
 {
 	struct kvfs_conf c;
@@ -874,6 +1026,8 @@ int main(void)
 		cmocka_unit_test(test_gpu_restore),
 		cmocka_unit_test(test_dram_pinned),
 		cmocka_unit_test(test_tier_remote),
+		cmocka_unit_test(test_tenant_keys),
+		cmocka_unit_test(test_model_digest),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -38,6 +38,10 @@ static const uint32_t toks[6] = { 1, 2, 3, 4, 5, 100000 };
 static const char root_llama_hex[] = "feebf0027a7d68f558cfb7620bb8e449";
 /* salt "pepper" */
 static const char root_pepper_hex[] = "1c0667365313a067b2cdac4d22ec8051";
+/* salt "pepper", model_digest "sha256:abc":
+ * sha256(b"kvfs-ns-v1\0llama\0pepper\0sha256:abc")[:16]
+ */
+static const char root_model_hex[] = "4b3210b5bdf5821367a95f2569d73943";
 /* sha256(root_llama ‖ pack("<6I", 1, 2, 3, 4, 5, 100000))[:16] */
 static const char blk_hex[] = "2c88ab5eb7ad8b64bab72bd636ee5b11";
 /* sha256(blk ‖ pack("<I", 0xdeadbeef))[:16] */
@@ -134,6 +138,14 @@ static void test_root_key_vectors(void **state)
 	assert_memory_equal(k, want, KVFS_KEY_LEN);
 	kvfs_fmt_root_key("llama", "pepper", k);
 	hex_key(root_pepper_hex, want);
+	assert_memory_equal(k, want, KVFS_KEY_LEN);
+	/* without a model digest, the same keys as before */
+	kvfs_fmt_root_key_model("llama", "pepper", NULL, k);
+	assert_memory_equal(k, want, KVFS_KEY_LEN);
+	kvfs_fmt_root_key_model("llama", "pepper", "", k);
+	assert_memory_equal(k, want, KVFS_KEY_LEN);
+	kvfs_fmt_root_key_model("llama", "pepper", "sha256:abc", k);
+	hex_key(root_model_hex, want);
 	assert_memory_equal(k, want, KVFS_KEY_LEN);
 }
 

@@ -1907,7 +1907,7 @@ static void test_shm_init_args(void **state)
 
 		assert_int_equal(fstat(fd, &sb), 0);
 		assert_int_equal(sb.st_size, 3 * PG);
-		assert_int_equal(sb.st_mode & 0777, 0644);
+		assert_int_equal(sb.st_mode & 0777, 0600);
 	}
 	close(fd);
 	kvfs_tier_free(t);
