@@ -222,6 +222,12 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return;
 		}
 		rc = kvfs_cache_lookup(fs->c, ns, name, &b);
+		/* Not local: the remote tier may have it.  No negative
+		 * entry is ever cached (an error reply), so a block that
+		 * arrives there later is found by the next lookup.
+		 */
+		if (rc == -ENOENT)
+			rc = kvfs_cache_lookup_remote(fs->c, ns, name, &b);
 		if (rc) {
 			/* Not a block name: simply absent (ENOENT), so that
 			 * tools probing for other files behave.
@@ -773,7 +779,7 @@ static void kvfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		b = fh->r.b;
 	}
 	if (!rc && b)
-		rc = kvfs_cache_sync(fs->c, b);
+		rc = kvfs_cache_fsync(fs->c, b);
 	reply_rc(req, rc);
 }
 
@@ -897,8 +903,15 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
 		return -ENODATA;
 	name += strlen(XATTR_PREFIX);
-	if (!strcmp(name, "tier"))
-		return tiers_str(bi.tiers, v, len);
+	if (!strcmp(name, "tier")) {
+		int n = tiers_str(bi.tiers, v, len);
+
+		/* Where else a copy is: the tier shared across hosts. */
+		if (bi.remote && (size_t)n < len)
+			n += snprintf(v + n, len - (size_t)n, "%sremote",
+				      n ? "," : "");
+		return n;
+	}
 	if (!strcmp(name, "tokens"))
 		return snprintf(v, len, "%u", bi.n_tokens);
 	if (!strcmp(name, "parent")) {
