@@ -177,7 +177,7 @@ $(LIB): $(LIB_OBJS)
 
 # Clients of libkvfs link it first ($^ keeps prerequisite order).
 $(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl \
-	$(BUILD)/itests/remote_client: $(LIBKVFS_A)
+	$(BUILD)/itests/remote_client $(BUILD)/bench/bench_remote: $(LIBKVFS_A)
 
 # The tiny checkpoints and double-precision reference of the restoration
 # tests, shared by the CPU and the GPU suites, the chunk reads of
