@@ -404,8 +404,8 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		memset((uint8_t *)ext.ptr + p->size, 0, ext.len - p->size);
 	}
 
-	rc = block_publish(c, p->ns, p->key, p->ino, &h, ssize, &ext,
-			   &parent, 0, &b);
+	rc = block_publish(c, p->ns, p->key, p->ino, &h, ssize, &ext, &parent,
+			   0, &b);
 	if (rc == -EEXIST) {
 		kvfs_warn("ns %s: block %s.kv: committed concurrently by "
 			  "another writer",

@@ -18,8 +18,8 @@
  */
 static void ctl_remote(struct kvfs_ctl_ctx *x)
 {
-	const uint8_t(*keys)[16] =
-		x->chain ? (const uint8_t(*)[16])x->chain : x->keys;
+	const uint8_t(*keys)[16] = x->chain ? (const uint8_t(*)[16])x->chain :
+					      x->keys;
 
 	if (!kvfs_remote_on(x->c) || !x->ns || !x->nk)
 		return;
