@@ -105,6 +105,9 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 	    r->op != KVFS_CTL_FETCH_CHUNKS)
 		return kvfs_ctl_bad(
 			"chunk flags given to an operation without any", r->op);
+	/* The fetches always look remotely; only LOOKUP asks. */
+	if ((r->flags & KVFS_CTL_F_REMOTE) && r->op != KVFS_CTL_LOOKUP)
+		return kvfs_ctl_bad("the remote flag is for LOOKUP", r->op);
 	return 0;
 }
 
