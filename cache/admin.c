@@ -242,6 +242,22 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		}
 #undef ST
 	}
+	if (c->remote) {
+		struct kvfs_remote_stats rs;
+
+		kvfs_tier_remote_stats(c->remote, &rs);
+#define RS(k) fprintf(f, "tier.remote.%s %" PRIu64 "\n", #k, rs.k)
+		RS(hits);
+		RS(misses);
+		RS(rejected);
+		RS(errors);
+		RS(bytes_read);
+		RS(bytes_written);
+		RS(queued);
+		RS(dropped);
+		RS(nodes);
+#undef RS
+	}
 	pthread_mutex_lock(&c->wb_lock);
 	uint64_t queued = c->wb_queued + c->wb_inflight;
 	pthread_mutex_unlock(&c->wb_lock);

@@ -91,6 +91,7 @@ void kvfs_block_info(struct kvfs_block *b, struct kvfs_block_info *out)
 	out->category = atomic_load(&b->category);
 	out->leases = (uint32_t)atomic_load(&b->leases);
 	out->persisted = atomic_load(&b->flags) & KVFS_B_PERSISTED;
+	out->remote = atomic_load(&b->flags) & KVFS_B_REMOTE;
 	memcpy(out->key, b->pn.key, KVFS_KEY_LEN);
 	memcpy(out->parent, b->parent_key, KVFS_KEY_LEN);
 }

@@ -97,6 +97,17 @@ int kvfs_ns_list(struct kvfs_ns *ns, uint64_t after,
  */
 int kvfs_cache_lookup(struct kvfs_cache *c, struct kvfs_ns *ns,
 		      const char *name, struct kvfs_block **out);
+/*
+ * kvfs_cache_lookup_remote() - a block of @ns by file name that is not
+ * local, from the remote tier ([tier.remote], docs/remote.md): looked
+ * up, checked, and imported as a local block (DRAM, then persisted like
+ * a committed block), with a reference.  -ENOENT without a remote tier,
+ * for a miss, a rejected value, or a fault: the remote tier's faults are
+ * misses.  Waits at most one round trip to the block's node (no retry;
+ * tier/tier_remote.h says the bound).
+ */
+int kvfs_cache_lookup_remote(struct kvfs_cache *c, struct kvfs_ns *ns,
+			     const char *name, struct kvfs_block **out);
 /* A committed block by inode, with a reference; -ENOENT. */
 int kvfs_cache_get(struct kvfs_cache *c, uint64_t ino,
 		   struct kvfs_block **out);
@@ -124,6 +135,7 @@ struct kvfs_block_info {
 	uint32_t category;
 	uint32_t leases; /* held through .kvfs/ctl */
 	bool persisted;
+	bool remote; /* the remote tier has it (fetched from it, or SET) */
 	uint8_t key[KVFS_KEY_LEN];
 	uint8_t parent[KVFS_KEY_LEN];
 };
@@ -174,6 +186,14 @@ void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p);
  * deleted first.
  */
 int kvfs_cache_sync(struct kvfs_cache *c, struct kvfs_block *b);
+
+/*
+ * kvfs_cache_fsync() - kvfs_cache_sync(), and with [tier.remote] write =
+ * through the remote SET of @b first (when the remote tier takes it:
+ * admit, a KV block, not fetched from there).  A failed SET is logged and
+ * returns -EIO (the local copy is durable all the same).
+ */
+int kvfs_cache_fsync(struct kvfs_cache *c, struct kvfs_block *b);
 
 /* ---- read path ---- */
 

@@ -33,6 +33,7 @@
 #include "gpu/gpu.h"
 #include "hcache/hsched.h"
 #include "hcache/restore.h"
+#include "tier/tier_remote.h"
 
 #define KVFS_SHARDS 64
 #define KVFS_TASKS_MAX 8      /* periodic tasks of the mover (task.c) */
@@ -122,6 +123,11 @@ enum kvfs_bflag {
 	 * (kvfs_fmt_img_seal()).
 	 */
 	KVFS_B_GPU_NOCRC = 1 << 5,
+	/* The remote tier has it (docs/remote.md): the block was fetched
+	 * from it, or an fsync (write = through) SET it there.  Such a
+	 * block is not sent again.  Set once, never cleared.
+	 */
+	KVFS_B_REMOTE = 1 << 6,
 };
 
 struct kvfs_block {
@@ -294,6 +300,16 @@ struct kvfs_cache {
 	pthread_mutex_t bg_lock;  /* guards bg_jobs */
 	pthread_cond_t bg_cond;   /* bg_jobs reached 0 */
 	unsigned bg_jobs;         /* c->bg_lock: detached jobs running */
+
+	/* Set at open: the tier shared across hosts ([tier.remote]), or
+	 * NULL; thread-safe itself (tier/tier_remote.h).  remote.c uses it.
+	 */
+	struct kvfs_tier_remote *remote;
+	/* Set at open: called by the write-back pass for each block whose
+	 * image it has just written to the SSD (cache_wb.c).
+	 */
+	void (*wb_written)(struct kvfs_cache *c, struct kvfs_block *b,
+			   const void *img);
 
 	/* set once before the mount serves requests */
 	void (*delete_hook)(void *arg, uint64_t dir_ino, const char *name);
@@ -597,6 +613,17 @@ void kvfs_wb_stop(struct kvfs_cache *c);
  */
 int kvfs_counters_flush(struct kvfs_cache *c);
 int kvfs_counters_init(struct kvfs_cache *c);
+/*
+ * kvfs_wb_on_written() - have @fn called by every write-back pass for
+ *   each block it wrote to the SSD, with the image it wrote (b->ssize
+ *   bytes, valid during the call: the pass holds the block open), before
+ *   the batch's record commits; no engine lock held.  The upper module
+ *   that sends blocks on (remote.c) registers it.  Call at open, before
+ *   the threads start; one listener.
+ */
+void kvfs_wb_on_written(struct kvfs_cache *c,
+			void (*fn)(struct kvfs_cache *c, struct kvfs_block *b,
+				   const void *img));
 
 /* --------------------------------------------------------------- dram.c */
 
@@ -740,11 +767,62 @@ int kvfs_promote_init(struct kvfs_cache *c);
  * cache.h.
  */
 
+/*
+ * kvfs_block_import() - make the image @img (@len bytes, already checked
+ *   by kvfs_fmt_validate() against @ns: header @h, kind KV) a block of
+ *   @ns under @key, local from now on: a DRAM extent reserved through
+ *   the policy (evicting as a commit does), the index, the namespace's
+ *   listing, the policy (inserted into DRAM), and the write-back queue
+ *   (persisted like a committed block), flagged KVFS_B_REMOTE.  A block
+ *   already indexed under @key is returned instead.  *@out gets a
+ *   referenced block.  0; -EINVAL (the prefix tree refuses it, logged),
+ *   -ENOSPC (DRAM full of unevictable blocks), -ENOMEM.  Caller holds
+ *   no engine lock.
+ */
+int kvfs_block_import(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      const uint8_t *key, const void *img, uint64_t len,
+		      const struct kvfs_fmt_hdr *h, struct kvfs_block **out);
+
 /* ------------------------------------------------------------- chunk.c */
 
 /* The chunk cache: chunk.h.  It registers its score flush (task.c) and a
  * deletion listener (delete.c) from kvfs_chunk_init().
  */
+
+/* ------------------------------------------------------------ remote.c */
+
+/*
+ * The engine's use of the remote tier (docs/remote.md); every function
+ * is a no-op (or -ENOENT) without [tier.remote].
+ * kvfs_remote_init() - open the tier of conf.remote and register the
+ *   write-back listener that queues written blocks (write = back or
+ *   through; admit = policy asks the policy).  A cluster that does not
+ *   answer is not an error.  0, or the tier's -errno (logged).  Open only.
+ * kvfs_remote_fini() - drain the remote queue (bounded: what is left is
+ *   dropped and counted), then free the tier.  Called after
+ *   kvfs_wb_stop(), so that the last local write-back is sent too.
+ * kvfs_remote_fetch() - bring the blocks @keys[0..n) of @ns that are not
+ *   local from the remote tier: looked up in pipelined batches, checked
+ *   (the tier), imported (kvfs_block_import()).  With @prefix, batches
+ *   stop after the first that misses (a prefix ends there).  Returns
+ *   the number of blocks imported; faults and misses are not errors (the
+ *   blocks stay missing).  No retries: each batch waits at most one
+ *   round trip per node (tier_remote.h).  Caller holds no engine lock.
+ * kvfs_remote_fetch_async() - the same in a detached background job
+ *   (kvfs_bg_begin()), for hints: returns at once.  0, -ENOMEM, -EAGAIN.
+ */
+int kvfs_remote_init(struct kvfs_cache *c);
+void kvfs_remote_fini(struct kvfs_cache *c);
+size_t kvfs_remote_fetch(struct kvfs_cache *c, struct kvfs_ns *ns,
+			 const uint8_t (*keys)[KVFS_KEY_LEN], size_t n,
+			 bool prefix);
+int kvfs_remote_fetch_async(struct kvfs_cache *c, struct kvfs_ns *ns,
+			    const uint8_t (*keys)[KVFS_KEY_LEN], size_t n);
+/* Whether a remote tier is configured (set at open). */
+static inline bool kvfs_remote_on(const struct kvfs_cache *c)
+{
+	return c->remote != NULL;
+}
 
 /* ------------------------------------------------------------- admin.c */
 

@@ -755,6 +755,8 @@ int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 	if (rc)
 		goto out_free;
 	rc = kvfs_chunk_init(c);
+	if (!rc)
+		rc = kvfs_remote_init(c);
 	if (rc)
 		goto out_free;
 	rc = kvfs_wb_start(c);
@@ -788,6 +790,7 @@ void kvfs_cache_free(struct kvfs_cache *c)
 	kvfs_rpool_stop(c);
 	kvfs_task_stop(c);
 	kvfs_wb_stop(c);
+	kvfs_remote_fini(c);
 	while (c->sessions)
 		kvfs_ctl_close(c->sessions);
 	if (c->policy) {

@@ -161,6 +161,9 @@ int kvfs_wb_pass(struct kvfs_cache *c)
 							   dx.ptr, dx.len);
 			if (!it[i].rc)
 				nw++;
+			/* While the image is at hand and held open. */
+			if (!it[i].rc && c->wb_written)
+				c->wb_written(c, b, dx.ptr);
 		}
 		atomic_fetch_sub(&b->opens, 1);
 		kvfs_block_try_free(c, b);
@@ -365,6 +368,13 @@ int kvfs_counters_init(struct kvfs_cache *c)
 }
 
 /* ------------------------------------------------------------ lifecycle */
+
+void kvfs_wb_on_written(struct kvfs_cache *c,
+			void (*fn)(struct kvfs_cache *c, struct kvfs_block *b,
+				   const void *img))
+{
+	c->wb_written = fn;
+}
 
 int kvfs_wb_start(struct kvfs_cache *c)
 {

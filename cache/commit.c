@@ -183,38 +183,37 @@ void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p)
 /* Prefix-tree checks the format cannot do alone: the parent, when we
  * have it, must be a full block that ends where this one starts.
  */
-static int check_parent(struct kvfs_cache *c, struct kvfs_pending *p,
-			const struct kvfs_fmt_hdr *h,
+static int check_parent(struct kvfs_cache *c, struct kvfs_ns *ns,
+			const uint8_t *key, const struct kvfs_fmt_hdr *h,
 			struct kvfs_block **parent)
 {
 	struct kvfs_block *pb;
 	char hex[KVFS_KEY_HEX_LEN + 1];
 
 	*parent = NULL;
-	if (!memcmp(h->parent, p->ns->rec.root, KVFS_KEY_LEN))
+	if (!memcmp(h->parent, ns->rec.root, KVFS_KEY_LEN))
 		return 0;
 	pb = kvfs_index_find_key(c, h->parent);
 	if (!pb)
 		return 0; /* out-of-order writes are allowed: an orphan */
-	kvfs_fmt_key_hex(p->key, hex);
-	if (pb->ns != p->ns) {
+	kvfs_fmt_key_hex(key, hex);
+	if (pb->ns != ns) {
 		kvfs_warn("ns %s: block %s.kv rejected: its parent belongs to "
 			  "namespace %s",
-			  p->ns->rec.name, hex, pb->ns->rec.name);
+			  ns->rec.name, hex, pb->ns->rec.name);
 		goto out_reject;
 	}
-	if (pb->n_tokens != p->ns->geom.block_tokens) {
+	if (pb->n_tokens != ns->geom.block_tokens) {
 		kvfs_warn(
 			"ns %s: block %s.kv rejected: its parent is a partial "
 			"block (%u of %u tokens) and cannot have children",
-			p->ns->rec.name, hex, pb->n_tokens,
-			p->ns->geom.block_tokens);
+			ns->rec.name, hex, pb->n_tokens, ns->geom.block_tokens);
 		goto out_reject;
 	}
 	if (pb->start_pos + pb->n_tokens != h->start_pos) {
 		kvfs_warn("ns %s: block %s.kv rejected: start_pos %" PRIu64
 			  " does not follow its parent's (%" PRIu64 ")",
-			  p->ns->rec.name, hex, (uint64_t)h->start_pos,
+			  ns->rec.name, hex, (uint64_t)h->start_pos,
 			  pb->start_pos + pb->n_tokens);
 		goto out_reject;
 	}
@@ -223,6 +222,96 @@ static int check_parent(struct kvfs_cache *c, struct kvfs_pending *p,
 out_reject:
 	kvfs_cache_put(c, pb);
 	return -EINVAL;
+}
+
+/*
+ * Make a block of @ns from the validated image in DRAM extent @ext (its
+ * header @h, @ssize bytes stored) under @key and @ino: index, listing,
+ * DRAM counters and the policy (inserted into DRAM).  Takes over @ext
+ * and *@parent (a reference, or NULL; cleared) whatever the result.  On
+ * success *@out gets a referenced block, not yet queued for write-back.
+ * 0, -EEXIST (the key is indexed already), -ENOMEM.
+ */
+static int block_publish(struct kvfs_cache *c, struct kvfs_ns *ns,
+			 const uint8_t *key, uint64_t ino,
+			 const struct kvfs_fmt_hdr *h, uint64_t ssize,
+			 const struct kvfs_extent *ext,
+			 struct kvfs_block **parent, unsigned bflags,
+			 struct kvfs_block **out)
+{
+	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
+	size_t ncrcs = kvfs_fmt_chunk_ncrcs(&ns->geom, h->n_tokens);
+	struct kvfs_block *b = kvfs_block_alloc(ns);
+	int rc;
+
+	if (!b) {
+		dram->ops->free(dram, ext);
+		kvfs_cache_put(c, *parent);
+		*parent = NULL;
+		return -ENOMEM;
+	}
+	memcpy(b->pn.key, key, KVFS_KEY_LEN);
+	b->pn.parent = *parent ? &(*parent)->pn : NULL;
+	b->parent = *parent;
+	*parent = NULL;
+	/* An orphan may claim any position: saturate, don't wrap. */
+	b->pn.depth = h->start_pos / ns->geom.block_tokens > UINT32_MAX ?
+			      UINT32_MAX :
+			      (uint32_t)(h->start_pos / ns->geom.block_tokens);
+	b->pn.tokens = h->n_tokens;
+	b->pn.size = ssize;
+	b->ino = ino;
+	b->ssize = ssize;
+	b->size = h->kind != KVFS_KIND_KV ?
+			  kvfs_fmt_file_size(&ns->geom, KVFS_KIND_KV,
+					     h->n_tokens) :
+			  ssize;
+	b->start_pos = h->start_pos;
+	b->created = kvfs_util_now_real();
+	b->n_tokens = h->n_tokens;
+	b->hdr_crc = h->hdr_crc;
+	b->kind = h->kind;
+	b->kv_from = kvfs_fmt_hdr_kv_from(h);
+	memcpy(b->parent_key, h->parent, KVFS_KEY_LEN);
+	b->dram = *ext;
+	atomic_store(&b->dram_ptr, ext->ptr);
+	atomic_store(&b->tiers, KVFS_TIER_BIT_DRAM);
+	atomic_store(&b->flags, bflags);
+	atomic_store(&b->last_access, b->created);
+	atomic_fetch_add(&dram->st.blocks, 1);
+	/* Per-chunk checksums, while the image is at hand: sparse reads
+	 * from the SSD verify each chunk with them.
+	 */
+	b->ccrc = ncrcs ? malloc(ncrcs * sizeof(*b->ccrc)) : NULL;
+	if (ncrcs && !b->ccrc) {
+		rc = -ENOMEM;
+		goto out_put;
+	}
+	if (b->ccrc)
+		kvfs_fmt_chunk_crcs(&ns->geom, b->n_tokens, b->kv_from,
+				    ext->ptr, b->ccrc);
+
+	/* One reference for the index, one for the caller. */
+	atomic_store(&b->refs, 2);
+	rc = kvfs_index_insert(c, b);
+	if (rc) {
+		atomic_store(&b->refs, 1);
+		goto out_put;
+	}
+	kvfs_ns_add(ns, b);
+	atomic_fetch_add(&dram->st.bytes_written, b->ssize);
+	kvfs_block_count_hidden(c, b, 1);
+
+	pthread_mutex_lock(&c->policy_lock);
+	struct kvfs_paccess a = { .now = b->created };
+	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
+	pthread_mutex_unlock(&c->policy_lock);
+	*out = b;
+	return 0;
+
+out_put:
+	kvfs_cache_put(c, b); /* frees the DRAM extent with it */
+	return rc;
 }
 
 int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
@@ -261,7 +350,7 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		rc = kvfs_fmt_errno(fe);
 		goto out_reject;
 	}
-	rc = check_parent(c, p, &h, &parent);
+	rc = check_parent(c, p->ns, p->key, &h, &parent);
 	if (rc)
 		goto out_reject;
 
@@ -315,88 +404,22 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 		memset((uint8_t *)ext.ptr + p->size, 0, ext.len - p->size);
 	}
 
-	b = kvfs_block_alloc(p->ns);
-	if (!b) {
-		rc = -ENOMEM;
-		goto out_free_ext;
-	}
-	memcpy(b->pn.key, p->key, KVFS_KEY_LEN);
-	b->pn.parent = parent ? &parent->pn : NULL;
-	b->parent = parent;
-	parent = NULL;
-	/* An orphan may claim any position: saturate, don't wrap. */
-	b->pn.depth =
-		h.start_pos / p->ns->geom.block_tokens > UINT32_MAX ?
-			UINT32_MAX :
-			(uint32_t)(h.start_pos / p->ns->geom.block_tokens);
-	b->pn.tokens = h.n_tokens;
-	b->pn.size = ssize;
-	b->ino = p->ino;
-	b->ssize = ssize;
-	b->size = h.kind != KVFS_KIND_KV ?
-			  kvfs_fmt_file_size(&p->ns->geom, KVFS_KIND_KV,
-					     h.n_tokens) :
-			  ssize;
-	b->start_pos = h.start_pos;
-	b->created = kvfs_util_now_real();
-	b->n_tokens = h.n_tokens;
-	b->hdr_crc = h.hdr_crc;
-	b->kind = h.kind;
-	b->kv_from = kvfs_fmt_hdr_kv_from(&h);
-	memcpy(b->parent_key, h.parent, KVFS_KEY_LEN);
-	b->dram = ext;
-	atomic_store(&b->dram_ptr, ext.ptr);
-	atomic_store(&b->tiers, KVFS_TIER_BIT_DRAM);
-	atomic_store(&b->last_access, b->created);
-	atomic_fetch_add(&dram->st.blocks, 1);
-	/* Per-chunk checksums, while the image is at hand: sparse reads
-	 * from the SSD verify each chunk with them.
-	 */
-	b->ccrc =
-		kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) ?
-			malloc(kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) *
-			       sizeof(*b->ccrc)) :
-			NULL;
-	if (kvfs_fmt_chunk_ncrcs(&b->ns->geom, b->n_tokens) && !b->ccrc) {
-		rc = -ENOMEM;
-		goto out_free_block;
-	}
-	if (b->ccrc)
-		kvfs_fmt_chunk_crcs(&b->ns->geom, b->n_tokens, b->kv_from,
-				    ext.ptr, b->ccrc);
-
-	/* One reference for the index, one for the caller. */
-	atomic_store(&b->refs, 2);
-	rc = kvfs_index_insert(c, b);
-	if (rc) {
+	rc = block_publish(c, p->ns, p->key, p->ino, &h, ssize, &ext, &parent,
+			   0, &b);
+	if (rc == -EEXIST) {
 		kvfs_warn("ns %s: block %s.kv: committed concurrently by "
 			  "another writer",
 			  p->ns->rec.name, hex);
-		atomic_store(&b->refs, 1);
-		kvfs_cache_put(c, b); /* frees the DRAM extent with it */
-		b = NULL;
 		goto out_abandon;
 	}
-	kvfs_ns_add(p->ns, b);
-	atomic_fetch_add(&dram->st.bytes_written, b->ssize);
-	kvfs_block_count_hidden(c, b, 1);
-
-	pthread_mutex_lock(&c->policy_lock);
-	struct kvfs_paccess a = { .now = b->created };
-	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
-	pthread_mutex_unlock(&c->policy_lock);
-
+	if (rc)
+		goto out_put_parent;
 	atomic_fetch_add(&c->st_commits, 1);
 	kvfs_wb_enqueue(c, b);
 	kvfs_cache_abandon(c, p);
 	*out = b;
 	return 0;
 
-out_free_block:
-	atomic_store(&b->refs, 1);
-	kvfs_cache_put(c, b); /* frees the DRAM extent with it */
-	ext.ptr = NULL;
-	goto out_put_parent;
 out_free_ext:
 	dram->ops->free(dram, &ext);
 out_put_parent:
@@ -406,4 +429,46 @@ out_reject:
 out_abandon:
 	kvfs_cache_abandon(c, p);
 	return rc;
+}
+
+int kvfs_block_import(struct kvfs_cache *c, struct kvfs_ns *ns,
+		      const uint8_t *key, const void *img, uint64_t len,
+		      const struct kvfs_fmt_hdr *h, struct kvfs_block **out)
+{
+	struct kvfs_block *b, *parent = NULL;
+	struct kvfs_extent ext = { 0 };
+	int rc;
+
+	b = kvfs_index_find_key(c, key);
+	if (b) {
+		*out = b;
+		return 0;
+	}
+	rc = check_parent(c, ns, key, h, &parent);
+	if (rc)
+		return rc;
+	rc = kvfs_dram_reserve(c, len, &ext);
+	if (rc) {
+		kvfs_cache_put(c, parent);
+		return rc;
+	}
+	memcpy(ext.ptr, img, len);
+	/* O_DIRECT writes the whole extent: the tail must be zeros. */
+	memset((uint8_t *)ext.ptr + len, 0, ext.len - len);
+	rc = block_publish(c, ns, key, atomic_fetch_add(&c->next_ino, 1), h,
+			   len, &ext, &parent, KVFS_B_REMOTE, &b);
+	if (rc == -EEXIST) {
+		/* Fetched or committed meanwhile: that one it is. */
+		b = kvfs_index_find_key(c, key);
+		if (!b)
+			return -ENOENT;
+		*out = b;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	/* Local from now on: persisted like a committed block. */
+	kvfs_wb_enqueue(c, b);
+	*out = b;
+	return 0;
 }

@@ -74,6 +74,36 @@ static int check_access(struct kvfs_ctl_ctx *x)
 	return -EACCES;
 }
 
+/*
+ * Blocks of the request that are not local are looked up in the remote
+ * tier first (docs/remote.md), as a prefix: by the fetches always, by
+ * LOOKUP when the caller asks (KVFS_CTL_F_REMOTE), by PREFETCH in the
+ * background (a hint returns at once).  What is found is local when the
+ * operation looks.
+ */
+static void ctl_remote(struct kvfs_ctl_ctx *x)
+{
+	const uint8_t(*keys)[16] = x->chain ? (const uint8_t(*)[16])x->chain :
+					      x->keys;
+
+	if (!kvfs_remote_on(x->c) || !x->ns || !x->nk)
+		return;
+	switch (x->r->op) {
+	case KVFS_CTL_LOOKUP:
+		if (!(x->r->flags & KVFS_CTL_F_REMOTE))
+			break;
+		/* fall through */
+	case KVFS_CTL_FETCH:
+	case KVFS_CTL_FETCH_INTO:
+	case KVFS_CTL_FETCH_CHUNKS:
+		kvfs_remote_fetch(x->c, x->ns, keys, x->nk, true);
+		break;
+	case KVFS_CTL_PREFETCH:
+		kvfs_remote_fetch_async(x->c, x->ns, keys, x->nk);
+		break;
+	}
+}
+
 int kvfs_ctl_exec(struct kvfs_ctl_session *s, struct kvfs_ctl_creds *cr,
 		  const void *req, size_t len, size_t max_resp, void **resp,
 		  size_t *rlen)
@@ -121,6 +151,7 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, struct kvfs_ctl_creds *cr,
 		rc = -E2BIG;
 		goto out_done;
 	}
+	ctl_remote(&x);
 	switch (r->op) {
 	case KVFS_CTL_LOOKUP:
 		rc = kvfs_ctl_lookup(&x);

@@ -47,7 +47,8 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 	if (!memchr(r->ns, 0, sizeof(r->ns)))
 		return kvfs_ctl_bad("namespace not NUL-terminated", r->op);
 	if (r->flags & ~(unsigned)(KVFS_CTL_F_ACCESS | KVFS_CTL_F_TOKENS |
-				   KVFS_CTL_F_SPECULATE | KVFS_CTL_F_POOL))
+				   KVFS_CTL_F_SPECULATE | KVFS_CTL_F_POOL |
+				   KVFS_CTL_F_REMOTE))
 		return kvfs_ctl_bad("unknown flags", r->op);
 	if (!all_zero(r->reserved, sizeof(r->reserved)))
 		return kvfs_ctl_bad("reserved bytes not zero", r->op);
@@ -104,6 +105,9 @@ static int check_req(const struct kvfs_ctl_req *r, size_t len)
 	    r->op != KVFS_CTL_FETCH_CHUNKS)
 		return kvfs_ctl_bad(
 			"chunk flags given to an operation without any", r->op);
+	/* The fetches always look remotely; only LOOKUP asks. */
+	if ((r->flags & KVFS_CTL_F_REMOTE) && r->op != KVFS_CTL_LOOKUP)
+		return kvfs_ctl_bad("the remote flag is for LOOKUP", r->op);
 	return 0;
 }
 

@@ -46,7 +46,8 @@ __all__ = [
     "LibraryNotFound", "root_key", "chain", "key_hex", "key_bytes",
     "set_log_level", "library_path",
     "LOOKUP", "FETCH", "FETCH_INTO", "SAVE", "RELEASE", "PIN", "UNPIN",
-    "PREFETCH", "EVICT", "STATS", "F_ACCESS", "F_TOKENS", "TIER_GPU",
+    "PREFETCH", "EVICT", "STATS", "F_ACCESS", "F_TOKENS", "F_REMOTE",
+    "TIER_GPU",
     "TIER_DRAM", "TIER_SSD", "TIER_ALL", "BACKEND_SHM", "BACKEND_CUDA",
     "XPORT_AUTO", "XPORT_IOCTL", "XPORT_RW", "SYNC_FAILED", "KEY_LEN",
 ]
@@ -62,6 +63,7 @@ PIN, UNPIN, PREFETCH, EVICT, STATS = 6, 7, 8, 9, 10
 # enum kvfs_ctl_flags
 F_ACCESS = 1 << 0
 F_TOKENS = 1 << 1
+F_REMOTE = 1 << 4
 # enum kvfs_client_tier
 TIER_GPU, TIER_DRAM, TIER_SSD, TIER_ALL = 0, 1, 2, 3
 # enum kvfs_ctl_backend
@@ -680,15 +682,19 @@ class Client(_Closing):
                                            ctypes.byref(n)))
         return NsInfo(n)
 
-    def lookup(self, ns, keys=None, tokens=None, access=False):
+    def lookup(self, ns, keys=None, tokens=None, access=False,
+               remote=False):
         """How many leading blocks are cached, and where each is.
 
         Give ``keys`` (chain order) or ``tokens`` (from position 0; the
         daemon chains full blocks). ``access`` counts the matched prefix
-        as a use; a plain lookup changes nothing. Returns a :class:`Lookup`.
+        as a use; a plain lookup changes nothing. ``remote`` first brings
+        in the blocks the remote tier has (a mount with [tier.remote];
+        docs/remote.md); a plain lookup stays local. Returns a
+        :class:`Lookup`.
         """
         lib = _load()
-        flags = F_ACCESS if access else 0
+        flags = (F_ACCESS if access else 0) | (F_REMOTE if remote else 0)
         if tokens is not None:
             t, n = _tokens(tokens)
             resp, blocks = self._run(lib.kvfs_client_lookup_tokens, _ns(ns),

@@ -111,6 +111,22 @@ static void status(const struct kv *v, size_t n)
 	       get(v, n, NULL, "cache.commits"), get(v, n, NULL, "cache.rejects"),
 	       get(v, n, NULL, "writeback.queued"),
 	       get(v, n, NULL, "cache.checksum_errors"));
+	/* The tier shared across hosts, when the mount has one. */
+	if (strcmp(sval(v, n, "tier.remote.nodes"), "?"))
+		printf("remote %" PRIu64 " nodes, %" PRIu64 " hits, %" PRIu64
+		       " misses, %" PRIu64 " rejected, %" PRIu64
+		       " errors, %s read, %s written, %" PRIu64
+		       " queued, %" PRIu64 " dropped\n",
+		       get(v, n, "remote", "nodes"), get(v, n, "remote", "hits"),
+		       get(v, n, "remote", "misses"),
+		       get(v, n, "remote", "rejected"),
+		       get(v, n, "remote", "errors"),
+		       kvfs_util_fmt_size(get(v, n, "remote", "bytes_read"), a,
+					  sizeof(a)),
+		       kvfs_util_fmt_size(get(v, n, "remote", "bytes_written"),
+					  b, sizeof(b)),
+		       get(v, n, "remote", "queued"),
+		       get(v, n, "remote", "dropped"));
 }
 
 int main(int argc, char **argv)

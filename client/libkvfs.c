@@ -163,7 +163,8 @@ static unsigned op_flags(uint32_t op)
 {
 	switch (op) {
 	case KVFS_CTL_LOOKUP:
-		return KVFS_CTL_F_ACCESS | KVFS_CTL_F_TOKENS;
+		return KVFS_CTL_F_ACCESS | KVFS_CTL_F_TOKENS |
+		       KVFS_CTL_F_REMOTE;
 	/* FETCH_INTO needs one offset per key, so it takes keys only */
 	case KVFS_CTL_FETCH_INTO:
 	case KVFS_CTL_SAVE:

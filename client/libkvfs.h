@@ -178,7 +178,9 @@ void kvfs_client_blocks_release(struct kvfs_client_blocks *b);
  * @c, @ns:    client and namespace.
  * @keys:      @n_keys (>= 1) block keys in chain order.
  * @flags:     0, or KVFS_CTL_F_ACCESS to count the matched prefix as an
- *             access (a plain lookup changes nothing, renews no lease).
+ *             access (a plain lookup changes nothing, renews no lease);
+ *             KVFS_CTL_F_REMOTE to bring in first the blocks the remote
+ *             tier has (docs/remote.md; a plain lookup stays local).
  * @out:       receives resp.n_cached and the blocks (key and tiers).
  * Returns 0 (also when nothing is cached: n_cached 0), the daemon's error
  * (-ENOENT for an unknown namespace), or a transport error. On error *@out

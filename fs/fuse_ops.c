@@ -246,6 +246,12 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			return;
 		}
 		rc = kvfs_cache_lookup(fs->c, ns, name, &b);
+		/* Not local: the remote tier may have it.  No negative
+		 * entry is ever cached (an error reply), so a block that
+		 * arrives there later is found by the next lookup.
+		 */
+		if (rc == -ENOENT)
+			rc = kvfs_cache_lookup_remote(fs->c, ns, name, &b);
 		if (rc) {
 			/* Not a block name: simply absent (ENOENT), so that
 			 * tools probing for other files behave.
@@ -830,7 +836,7 @@ static void kvfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		b = fh->r.b;
 	}
 	if (!rc && b)
-		rc = kvfs_cache_sync(fs->c, b);
+		rc = kvfs_cache_fsync(fs->c, b);
 	reply_rc(req, rc);
 }
 

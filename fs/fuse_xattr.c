@@ -46,8 +46,15 @@ static int block_xattr(struct kvfs_block *b, const char *name, char *v,
 	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)))
 		return -ENODATA;
 	name += strlen(XATTR_PREFIX);
-	if (!strcmp(name, "tier"))
-		return tiers_str(bi.tiers, v, len);
+	if (!strcmp(name, "tier")) {
+		int n = tiers_str(bi.tiers, v, len);
+
+		/* Where else a copy is: the tier shared across hosts. */
+		if (bi.remote && (size_t)n < len)
+			n += snprintf(v + n, len - (size_t)n, "%sremote",
+				      n ? "," : "");
+		return n;
+	}
 	if (!strcmp(name, "tokens"))
 		return snprintf(v, len, "%u", bi.n_tokens);
 	if (!strcmp(name, "parent")) {

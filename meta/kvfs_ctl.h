@@ -86,6 +86,13 @@ enum kvfs_ctl_flags {
 	 * (resp.blocks[0]) instead of the caller's memory.
 	 */
 	KVFS_CTL_F_POOL = 1 << 3,
+	/* LOOKUP: look up the keys that are not local in the remote tier
+	 * ([tier.remote], docs/remote.md) and bring the found prefix in
+	 * first, so the answer counts them. A plain LOOKUP stays local.
+	 * The fetches and PREFETCH always look remotely; other operations
+	 * refuse it (EINVAL).
+	 */
+	KVFS_CTL_F_REMOTE = 1 << 4,
 };
 
 /*

@@ -31,7 +31,14 @@ struct wb_ent {
 struct kvfs_tier_remote {
 	struct kvfs_tier base; /* first: kvfs_tier_free() */
 	struct kvfs_remote_conf c;
-	struct kvfs_rc *rc; /* backend redis */
+	/* Backend redis: two clients of the same cluster.  @rc serves the
+	 * callers (lookups, puts, deletes) and never retries, so that a
+	 * caller waits at most one round trip per node; @rc_bg sends the
+	 * write-back queue, retrying with backoff.  Each has its own
+	 * connections, so a caller never queues behind a pipeline of SETs.
+	 */
+	struct kvfs_rc *rc;
+	struct kvfs_rc *rc_bg;
 	struct kvfs_remote_mem *mem; /* backend memory */
 	atomic_uint_least64_t rejected, errors, dropped;
 	struct kvfs_log_rl rl;
@@ -73,6 +80,14 @@ static int remote_exec(struct kvfs_tier_remote *r, struct kvfs_rc_cmd *cmd,
 {
 	return r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
 			kvfs_rc_exec(r->rc, cmd, n);
+}
+
+/* The write-back thread's: with retries. */
+static int remote_exec_bg(struct kvfs_tier_remote *r, struct kvfs_rc_cmd *cmd,
+			  size_t n)
+{
+	return r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
+			kvfs_rc_exec(r->rc_bg, cmd, n);
 }
 
 /* A fault of a command (not a miss, not an existing key). */
@@ -374,7 +389,7 @@ static int wb_round(struct kvfs_tier_remote *r, struct wb_ent **e, size_t n)
 		cmd[i].val = e[i]->img;
 		cmd[i].vlen = e[i]->len;
 	}
-	remote_exec(r, cmd, n);
+	remote_exec_bg(r, cmd, n);
 	count_faults(r, cmd, n);
 	atomic_fetch_add_explicit(&r->base.st.writes, n, memory_order_relaxed);
 	for (size_t i = 0; i < n; i++) {
@@ -585,7 +600,10 @@ int kvfs_tier_remote_new(const struct kvfs_remote_conf *c,
 		rcc.password = c->password;
 		if (c->timeout_ms)
 			rcc.timeout_ms = c->timeout_ms;
-		ret = kvfs_rc_new(&rcc, &r->rc);
+		ret = kvfs_rc_new(&rcc, &r->rc_bg);
+		rcc.retries = 0;
+		if (!ret)
+			ret = kvfs_rc_new(&rcc, &r->rc);
 	}
 	if (ret)
 		goto out_free;
@@ -616,6 +634,7 @@ void kvfs_tier_remote_free(struct kvfs_tier_remote *r)
 		atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
 	}
 	kvfs_rc_free(r->rc);
+	kvfs_rc_free(r->rc_bg);
 	kvfs_remote_mem_free(r->mem);
 	pthread_cond_destroy(&r->idle);
 	pthread_cond_destroy(&r->cond);

@@ -21,6 +21,13 @@
  *
  * Locking: every function is thread-safe. The write-back queue has its
  * own lock and one thread that sends it in pipelined batches.
+ *
+ * Time: the callers' operations (getv, get, exists, put, poke) never
+ * retry: each waits at most one connect and one round trip (`timeout`
+ * each) per node its keys live on, plus a slot-map reload when the map
+ * is missing or a MOVED said it changed; a failed node is then skipped
+ * for its backoff.  Only the write-back queue retries, with backoff, on
+ * connections of its own.
  */
 #ifndef KVFS_TIER_TIER_REMOTE_H
 #define KVFS_TIER_TIER_REMOTE_H

@@ -16,6 +16,7 @@
 #   BENCH_CREATE_BLOCKS  blocks created per repetition (default 16)
 #   BENCH_GPU_FETCH_BYTES  prefix size of figure [11] (default 256M)
 #   BENCH_GPU_FETCH_ITERS  samples of figure [11] (default 11)
+#   BENCH_REMOTE_ITERS   samples per remote-tier figure (default 9)
 #   BENCH_READ_AHEAD_KB  sets the mount's read_ahead_kb (default: leave the
 #                        kernel's 128, which caps FUSE read-ahead requests
 #                        at 128 KiB)
@@ -78,9 +79,26 @@ unmount() {
 	fi
 }
 
+# The remote tier's figures (12, 13) run their own cluster and mount.
+. tests/integration/redis_lib.sh
+REDIS_DIR=$WORK
+RMNT=$WORK/rmnt
+R_PID=
+runmount() {
+	if grep -q " $RMNT fuse" /proc/mounts; then
+		fusermount3 -u "$RMNT" 2>/dev/null || fusermount3 -u -z "$RMNT"
+	fi
+	if [ -n "$R_PID" ]; then
+		timeout 60 tail --pid="$R_PID" -f /dev/null
+		R_PID=
+	fi
+}
+
 # shellcheck disable=SC2317 # called by the trap
 cleanup() {
 	unmount
+	runmount
+	redis_stop_all
 	rm -rf "$WORK" "$SHM"
 }
 trap cleanup EXIT
@@ -301,6 +319,50 @@ if [ -x "$BDIR/bench/bench_gpu_fetch" ]; then
 		--iters "${BENCH_GPU_FETCH_ITERS:-11}" --dir "$WORK" \
 		--summary "$SUMMARY" ||
 		echo "    (no figure: bench_gpu_fetch failed)"
+fi
+
+# --- 12, 13. the remote tier: fetch and write-back against raw Redis ----
+# bench_remote.c: a 3-master Redis Cluster on loopback and a mount with an
+# empty store and [tier.remote] on it; a 64-block prefix (2 MiB blocks)
+# brought in from the cluster vs one pipelined batch of raw GETs of the
+# same values, and the write-back queue vs raw pipelined SET NX.
+if [ -x "$BDIR/bench/bench_remote" ] && command -v redis-server >/dev/null; then
+	echo
+	echo "[12, 13] the remote tier (Redis Cluster on loopback)"
+	if cluster_create; then
+		mkdir -p "$RMNT"
+		"$BIN/mkfs.kvfs" --ssd-size 1G "$WORK/rstore" >/dev/null
+		cat >"$WORK/rstore/kvfs.conf" <<EOC
+[tier.dram]
+capacity = 512M
+
+[tier.gpu]
+backend = shm
+capacity = 256M
+
+[tier.remote]
+nodes = $NODES
+
+[namespace $NS]
+layers = 32
+kv_heads = 8
+head_dim = 128
+dtype = bf16
+block_tokens = 16
+chunk_tokens = 16
+EOC
+		if "$BIN/kvfs" "$WORK/rstore" "$RMNT"; then
+			R_PID=$(cat "$WORK/rstore/kvfs.pid")
+			"$BDIR/bench/bench_remote" "$NODES" "$RMNT" "$NS" \
+				--blocks 64 --iters "${BENCH_REMOTE_ITERS:-9}" \
+				--summary "$SUMMARY" ||
+				echo "    (no figure: bench_remote failed)"
+			runmount
+		fi
+	else
+		echo "    (no figure: the cluster did not start)"
+	fi
+	redis_stop_all
 fi
 
 # --- summary ------------------------------------------------------------

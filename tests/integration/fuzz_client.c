@@ -1008,7 +1008,8 @@ static void mutate_bad(struct rng *r, struct rq *q, size_t cap)
 		malform(q, "ns not terminated");
 		break;
 	case 4:
-		h->flags |= 1u << (4 + below(r, 28));
+		/* bits 0..4 are KVFS_CTL_F_* */
+		h->flags |= 1u << (5 + below(r, 27));
 		malform(q, "unknown flag");
 		break;
 	case 5:

@@ -33,51 +33,15 @@
 #include "meta/util.h"
 #include "tier/redis_cluster.h"
 #include "tier/tier_remote.h"
-
-static const struct kvfs_geom geom = {
-	.n_layers = 4,
-	.n_kv_heads = 2,
-	.head_dim = 64,
-	.block_tokens = 16,
-	.chunk_tokens = 4,
-	.dtype = KVFS_DTYPE_BF16,
-};
+#include "chain_i.h"
 
 static uint8_t root[KVFS_KEY_LEN];
-
-/* Block @i of chain @tag: *@img (to free), its key into @key. */
-static uint8_t *chain_block(unsigned tag, unsigned i, uint8_t *parent,
-			    uint8_t key[KVFS_KEY_LEN], uint64_t *len)
-{
-	uint32_t toks[16];
-	uint64_t n = kvfs_fmt_file_size(&geom, KVFS_KIND_KV, 16);
-	uint64_t off = kvfs_fmt_payload_off(16);
-	uint8_t *img = calloc(1, n);
-
-	if (!img)
-		exit(2);
-	for (unsigned j = 0; j < 16; j++)
-		toks[j] = tag * 100000 + i * 16 + j;
-	for (uint64_t b = off; b < n; b++)
-		img[b] = (uint8_t)(b * 31 + i * 7 + tag);
-	if (kvfs_fmt_build(&geom, KVFS_KIND_KV, parent, (uint64_t)i * 16, toks,
-			   16, img + off, img, n))
-		exit(2);
-	memcpy(key, ((struct kvfs_fmt_hdr *)img)->key, KVFS_KEY_LEN);
-	*len = n;
-	return img;
-}
 
 /* The chain's images and keys. */
 static uint8_t **chain(unsigned tag, unsigned n, uint8_t (*keys)[16],
 		       uint64_t *len)
 {
-	uint8_t **img = calloc(n, sizeof(*img));
-
-	for (unsigned i = 0; i < n; i++)
-		img[i] = chain_block(tag, i, i ? keys[i - 1] : root, keys[i],
-				     len);
-	return img;
+	return chain_make(root, tag, n, keys, len);
 }
 
 static struct kvfs_tier_remote *open_tier(const char *nodes, int write)
@@ -109,7 +73,7 @@ static int lookup(struct kvfs_tier_remote *r, unsigned round, unsigned tag,
 	uint64_t len;
 	uint8_t **img = chain(tag, n, keys, &len);
 	struct kvfs_remote_get *g = calloc(n, sizeof(*g));
-	struct kvfs_remote_ns ns = { .root = root, .g = &geom };
+	struct kvfs_remote_ns ns = { .root = root, .g = &chain_geom };
 	struct kvfs_remote_stats st;
 	unsigned hits = 0, bad = 0;
 	uint64_t t0;

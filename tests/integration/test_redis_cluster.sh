@@ -11,18 +11,8 @@
 
 RC=$BUILD/itests/redis_client
 case $RC in /*) ;; *) RC=$(cd "$(dirname "$0")/../.." && pwd)/$RC ;; esac
-SERVERS=()
+. "$(dirname "$0")/redis_lib.sh"
 
-redis_stop_all() {
-	local p
-	for p in "${SERVERS[@]}"; do
-		kill -CONT "$p" 2>/dev/null
-		kill -KILL "$p" 2>/dev/null
-	done
-	for p in "${SERVERS[@]}"; do
-		timeout 10 tail --pid="$p" -f /dev/null 2>/dev/null
-	done
-}
 trap 'redis_stop_all; t_cleanup' EXIT
 
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
@@ -31,69 +21,8 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
 	exit 1
 fi
 
-# A port that can be bound, and whose cluster bus port (+10000) can too.
-free_port() {
-	python3 - "$@" <<'EOF'
-import socket, sys
-taken = set(int(a) for a in sys.argv[1:])
-for _ in range(200):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    if p in taken or p + 10000 > 65535:
-        continue
-    b = socket.socket()
-    try:
-        b.bind(("127.0.0.1", p + 10000))
-    except OSError:
-        continue
-    finally:
-        b.close()
-    print(p)
-    break
-EOF
-}
-
-# redis_start PORT [ARGS...]: a server in $T_DIR/redis-PORT; pid in SERVERS.
-redis_start() {
-	local port=$1 d=$T_DIR/redis-$1
-	shift
-	mkdir -p "$d"
-	redis-server --port "$port" --bind 127.0.0.1 --dir "$d" --save '' \
-		--appendonly no --daemonize no --logfile "$d/log" "$@" &
-	SERVERS+=($!)
-	disown $!
-	for _ in $(seq 100); do
-		redis-cli -p "$port" ${REDIS_AUTH:+-a "$REDIS_AUTH" --no-auth-warning} \
-			ping 2>/dev/null | grep -q PONG && return 0
-		sleep 0.1
-	done
-	return 1
-}
-
-cluster_ok() {
-	local p
-	for p in "$@"; do
-		redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok' || return 1
-	done
-}
-
-P1=$(free_port)
-P2=$(free_port "$P1")
-P3=$(free_port "$P1" "$P2")
-CL_ARGS=(--cluster-enabled yes --cluster-node-timeout 2000
-	--cluster-require-full-coverage no)
-for p in $P1 $P2 $P3; do
-	redis_start "$p" "${CL_ARGS[@]}" --cluster-config-file "nodes-$p.conf" ||
-		t_fail "redis-server on port $p starts"
-done
-PIDS=("${SERVERS[@]}")
-yes yes | redis-cli --cluster create "127.0.0.1:$P1" "127.0.0.1:$P2" \
-	"127.0.0.1:$P3" --cluster-replicas 0 --cluster-yes >"$T_DIR/create.log" 2>&1
-for _ in $(seq 100); do cluster_ok "$P1" "$P2" "$P3" && break; sleep 0.1; done
+cluster_create
 t_check "3-master cluster created on free ports $P1 $P2 $P3" cluster_ok "$P1" "$P2" "$P3"
-NODES="127.0.0.1:$P1"
 export REMOTE_TIMEOUT_MS=200
 
 # -- hash slots agree with the server's ----------------------------------

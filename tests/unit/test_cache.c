@@ -811,6 +811,93 @@ static void test_free_map_repair(void **state)
 		check_block(f, i);
 }
 
+static int setup_remote(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvfs-tcache.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	assert_int_equal(kvfs_store_create(f->dir, 1 << 20, true), 0);
+	conf_init(&f->conf, 4 * 12288);
+	/* The tier's in-process store: no network (tier/tier_remote.h). */
+	f->conf.remote.backend = KVFS_REMOTE_MEMORY;
+	assert_int_equal(fx_open(f), 0);
+	*state = f;
+	return 0;
+}
+
+/* The remote queue sent everything (its thread runs even here). */
+static void remote_drained(struct fx *f)
+{
+	for (int i = 0; i < 500 && stat_of(f, "tier.remote.queued"); i++)
+		usleep(2000);
+	assert_int_equal(stat_of(f, "tier.remote.queued"), 0);
+}
+
+/*
+ * A written block goes to the remote tier after its local write-back; once
+ * deleted locally, a lookup by name misses locally and finds it remotely:
+ * it is imported (flagged remote, served byte for byte, persisted like a
+ * committed block) and never sent back.  write = through: fsync SETs.
+ */
+static void test_remote_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	char name[KVFS_FMT_NAME_LEN + 1];
+	static uint8_t buf[16384];
+	struct kvfs_block_info bi;
+	struct kvfs_block *b;
+	uint64_t sent;
+
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(put_block(f, i, NULL), 0);
+	assert_int_equal(stat_of(f, "tier.remote.bytes_written"), 0);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	remote_drained(f);
+	sent = stat_of(f, "tier.remote.bytes_written");
+	assert_true(sent > 0);
+	assert_int_equal(stat_of(f, "tier.remote.nodes"), 1);
+
+	make_block(f, 1, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), 0);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), -ENOENT);
+	assert_int_equal(kvfs_cache_lookup_remote(f->c, f->ns, name, &b), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.remote);
+	assert_false(bi.persisted);
+	assert_int_equal(bi.tiers, KVFS_TIER_BIT_DRAM);
+	kvfs_cache_put(f->c, b);
+	check_block(f, 1);
+	assert_int_equal(stat_of(f, "tier.remote.hits"), 1);
+	assert_int_equal(kvfs_cache_writeback_now(f->c), 0);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.persisted);
+	kvfs_cache_put(f->c, b);
+	remote_drained(f);
+	assert_int_equal(stat_of(f, "tier.remote.bytes_written"), sent);
+
+	/* Absent everywhere: a miss, counted. */
+	make_block(f, 7, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_lookup_remote(f->c, f->ns, name, &b),
+			 -ENOENT);
+	assert_int_equal(stat_of(f, "tier.remote.misses"), 1);
+
+	/* write = through: fsync sends the block itself. */
+	kvfs_cache_free(f->c);
+	f->c = NULL;
+	f->conf.remote.write = KVFS_REMOTE_WRITE_THROUGH;
+	assert_int_equal(fx_open(f), 0);
+	assert_int_equal(put_block(f, 3, &b), 0);
+	assert_int_equal(kvfs_cache_fsync(f->c, b), 0);
+	kvfs_block_info(b, &bi);
+	assert_true(bi.remote);
+	assert_true(bi.persisted);
+	kvfs_cache_put(f->c, b);
+	assert_true(stat_of(f, "tier.remote.bytes_written") > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -840,6 +927,8 @@ int main(void)
 						setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_pin_fails_not_recorded,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_remote_roundtrip,
+						setup_remote, teardown),
 	};
 
 	kvfs_log_set_level(KVFS_LOG_ERR);
