@@ -31,7 +31,8 @@ int kvfs_gpu_owners_check(const struct kvfs_gpu_owners *o, const char *who)
 		for (size_t j = 0; j < i; j++)
 			if (o->uid[i] == o->uid[j]) {
 				kvfs_err("%s: uid %" PRIu32 " named twice as a "
-					 "pool owner", who, o->uid[i]);
+					 "pool owner",
+					 who, o->uid[i]);
 				return -EINVAL;
 			}
 	return 0;
@@ -47,8 +48,7 @@ struct kvfs_gpu_pool *kvfs_gpu_pool_find(struct kvfs_tier *t, uint32_t owner)
 	return NULL;
 }
 
-int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint32_t owner,
-		       uint64_t size)
+int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint32_t owner, uint64_t size)
 {
 	int err = kvfs_tier_pool_init(&p->map, 0, size, KVFS_GPU_ALIGN);
 
@@ -113,7 +113,8 @@ void kvfs_gpu_pool_free(struct kvfs_tier *t, const struct kvfs_extent *e,
 
 	if (!p) {
 		kvfs_err("gpu: free of an extent of pool %" PRIu32 ", which "
-			 "does not exist", e->pool);
+			 "does not exist",
+			 e->pool);
 		return;
 	}
 	pthread_mutex_lock(&p->map.lock);
@@ -150,8 +151,7 @@ int kvfs_gpu_pool_describe(struct kvfs_tier *t, uint32_t owner,
 
 	memset(out, 0, sizeof(*out));
 	if (!p) {
-		kvfs_err("gpu: uid %" PRIu32 " has no pool to describe",
-			 owner);
+		kvfs_err("gpu: uid %" PRIu32 " has no pool to describe", owner);
 		return -ENOENT;
 	}
 	*out = p->desc;

@@ -67,7 +67,10 @@ static int shm_alloc_owner(struct kvfs_tier *t, uint32_t owner, uint64_t len,
 		return err;
 	p = kvfs_gpu_pool_of(t, e);
 	err = fallocate(p->fd, 0, (off_t)e->off, (off_t)e->len);
-	if (err) {
+	/* Where the shm filesystem cannot reserve (not tmpfs), the pages
+	 * come at the first write, as they did before pools were sparse.
+	 */
+	if (err && errno != EOPNOTSUPP) {
 		err = errno;
 		kvfs_dbg("shm: reserve %" PRIu64 " bytes of %s: %s", e->len,
 			 p->desc.shm_name, strerror(err));
