@@ -5,7 +5,9 @@
  * the policy's admission into DRAM).
  *
  * The pool holds a block's whole file image, so a copy can go back to DRAM
- * without touching the SSD; clients are given the payload's offset.  A
+ * without touching the SSD; clients are given the payload's offset.  The
+ * tier has one pool per owner uid (gpu/gpu.h): a block goes to the pool
+ * of its namespace's owner (ns->owner), and room is made there.  A
  * block stored as hidden states is restored straight into its extent
  * (kvfs_rpool_to_device()); one restored on the GPU has its header's
  * payload CRC filled in only when its image is copied out (gpu_demote).
@@ -20,13 +22,38 @@
 #include "meta/log.h"
 #include "meta/util.h"
 
+/* What a reservation in the pool is for: the victim filter's argument. */
+struct gpu_want {
+	struct kvfs_cache *c;
+	uint32_t owner; /* whose pool */
+	uint64_t len;
+};
+
 static bool ok_gpu(struct kvfs_pnode *n, void *arg)
 {
 	struct kvfs_block *b = kvfs_pn_block(n);
+	const struct gpu_want *w = arg;
+	struct kvfs_tier *gpu;
 
-	return !atomic_load(&b->leases) &&
-	       !(atomic_load(&b->pins) & KVFS_TIER_BIT_GPU) &&
-	       !(atomic_load(&b->flags) & KVFS_B_DELETED);
+	if (atomic_load(&b->leases) ||
+	    (atomic_load(&b->pins) & KVFS_TIER_BIT_GPU) ||
+	    (atomic_load(&b->flags) & KVFS_B_DELETED))
+		return false;
+	if (!w || b->ns->owner == w->owner)
+		return true;
+	/* Another owner's block makes no hole in this pool; it helps only
+	 * while the capacity the pools share is what is short.
+	 */
+	gpu = w->c->tier[KVFS_TIER_GPU];
+	return atomic_load(&gpu->used) > gpu->capacity - w->len;
+}
+
+static int gpu_alloc(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e,
+		     void *arg)
+{
+	const struct gpu_want *w = arg;
+
+	return c->gops->alloc_owner(c->tier[KVFS_TIER_GPU], w->owner, len, e);
 }
 
 /* Caller holds c->policy_lock.  *@nocrc: the image's payload CRC is
@@ -124,20 +151,35 @@ static const struct kvfs_reserve_ops gpu_reserve_ops = {
 	.tier = KVFS_TIER_GPU,
 	.fit_check = true,
 	.may_evict = ok_gpu,
+	.alloc = gpu_alloc,
 	.evict = gpu_demote,
 	.no_victim = gpu_no_victim,
 };
 
-/* Without @evict, only free room is taken. */
-static int gpu_reserve(struct kvfs_cache *c, uint64_t len,
+/* Room for @len bytes in @owner's pool; without @evict, only free room
+ * is taken.
+ */
+static int gpu_reserve(struct kvfs_cache *c, uint32_t owner, uint64_t len,
 		       struct kvfs_extent *e, bool evict)
 {
 	struct kvfs_tier *gpu = c->tier[KVFS_TIER_GPU];
+	struct gpu_want w = {
+		.c = c,
+		.owner = owner,
+		.len = kvfs_util_align_up(len, gpu->align),
+	};
+	struct kvfs_ctl_mem pool;
+	int rc;
 
+	/* Larger than the owner's pool: evicting would not help. */
+	rc = c->gops->describe_owner(gpu, owner, &pool);
+	if (rc)
+		return rc;
+	if (!len || w.len > pool.size || w.len > gpu->capacity)
+		return len ? -ENOSPC : -EINVAL;
 	if (!evict)
-		return len > gpu->capacity ? -ENOSPC :
-					     gpu->ops->alloc(gpu, len, e);
-	return kvfs_reserve(c, &gpu_reserve_ops, len, e);
+		return c->gops->alloc_owner(gpu, owner, len, e);
+	return kvfs_reserve(c, &gpu_reserve_ops, len, e, &w);
 }
 
 /* A host image of @b to copy from: its DRAM copy (held by an open count
@@ -219,7 +261,7 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 			dup |= blocks[j] == b;
 		if (dup)
 			continue;
-		rc = gpu_reserve(c, b->size, &ext[m],
+		rc = gpu_reserve(c, b->ns->owner, b->size, &ext[m],
 				 !(flags & KVFS_GPU_NOEVICT));
 		if (rc)
 			goto out_undo;

@@ -105,6 +105,10 @@ struct kvfs_ns {
 	struct kvfs_geom geom;   /* immutable after open */
 	uint64_t ino;            /* immutable after open */
 	uint64_t max_file;       /* immutable after open: largest valid file */
+	/* Immutable after open: the uid whose device pool holds its blocks
+	 * (its configured owner, else the mounting user's).
+	 */
+	uint32_t owner;
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* ns->lock: committed, sorted by ino */
 	size_t n, cap;              /* ns->lock */
@@ -551,10 +555,15 @@ int kvfs_block_on_delete(struct kvfs_cache *c,
 struct kvfs_reserve_ops {
 	int tier;       /* enum kvfs_tier_id */
 	bool fit_check; /* -ENOSPC at once for a length over the capacity */
-	/* Whether a victim may go (the policy's filter); under
-	 * c->policy_lock, with no other lock.
+	/* Whether a victim may go (the policy's filter, given kvfs_reserve's
+	 * @arg); under c->policy_lock, with no other lock.
 	 */
 	kvfs_policy_ok_fn may_evict;
+	/* Optional: take the extent (default: the tier's alloc), given
+	 * kvfs_reserve's @arg. 0, -ENOSPC (full: evict), or another error.
+	 */
+	int (*alloc)(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e,
+		     void *arg);
 	/* Optional: evict victim @b under c->policy_lock; *@after (false on
 	 * entry) asks for evict() once the lock is released.
 	 */
@@ -576,11 +585,13 @@ struct kvfs_reserve_ops {
  *   touch stack) and evict it through @ops.  A victim whose eviction
  *   returns -ENOENT or -EBUSY (gone, or busy since it was picked) is
  *   followed by the next one; any other error fails the reservation.
- *   0, -ENOSPC, or the allocator's or the eviction's error.  Takes
- *   c->policy_lock; the caller holds no engine lock but b->io_lock.
+ *   0, -ENOSPC, or the allocator's or the eviction's error.  @arg goes
+ *   to @ops->alloc and @ops->may_evict (the device pool: which owner's
+ *   pool).  Takes c->policy_lock; the caller holds no engine lock but
+ *   b->io_lock.
  */
 int kvfs_reserve(struct kvfs_cache *c, const struct kvfs_reserve_ops *ops,
-		 uint64_t len, struct kvfs_extent *e);
+		 uint64_t len, struct kvfs_extent *e, void *arg);
 
 /* ----------------------------------------------------------- cache_wb.c */
 

@@ -56,6 +56,18 @@ static void geom_from_rec(const struct kvfs_meta_ns *r, struct kvfs_geom *g)
 }
 
 /* A stored namespace's geometry is fixed: every block depends on it. */
+/* The uid whose device pool holds namespace @name's blocks: its owner in
+ * the config, else the mounting user.
+ */
+static uint32_t ns_owner(const struct kvfs_cache *c, const char *name)
+{
+	for (size_t i = 0; i < c->conf.n_ns; i++)
+		if (!strcmp(c->conf.ns[i].name, name) &&
+		    c->conf.ns[i].acc.has_uid)
+			return c->conf.ns[i].acc.uid;
+	return (uint32_t)getuid();
+}
+
 static int ns_compare(const struct kvfs_ns_params *cn,
 		      const struct kvfs_meta_ns *r)
 {
@@ -215,6 +227,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 		struct kvfs_ns *ns = &c->ns[i];
 
 		ns->c = c;
+		ns->owner = ns_owner(c, ns->rec.name);
 		geom_from_rec(&ns->rec, &ns->geom);
 		ns->ino = KVFS_INO_NS_BASE + ns->rec.id;
 		ns->max_file = kvfs_fmt_max_file_size(&ns->geom);
@@ -579,28 +592,71 @@ static void reload_dram_pins(struct kvfs_cache *c)
 		kvfs_info("%zu blocks pinned in DRAM loaded", loaded);
 }
 
-/* The device tier, if [tier.gpu] asks for one. A cuda tier without a
- * visible device refuses the start: silently running without it would
- * hide a broken host.
+/*
+ * The owners the device tier makes pools for: the mounting user's first
+ * (namespaces without an owner, stored ones the config no longer names),
+ * then each namespace's owner once. 0 or -EINVAL (logged: too many).
+ */
+static int gpu_owners(struct kvfs_cache *c, uint32_t *uid, size_t *n)
+{
+	*n = 0;
+	uid[(*n)++] = (uint32_t)getuid();
+	for (size_t i = 0; i < c->n_ns; i++) {
+		bool seen = false;
+
+		for (size_t k = 0; k < *n; k++)
+			seen |= uid[k] == c->ns[i].owner;
+		if (seen)
+			continue;
+		if (*n == KVFS_GPU_OWNERS_MAX) {
+			kvfs_err("[tier.gpu]: namespaces have more than %d "
+				 "owners, each of which needs a pool",
+				 KVFS_GPU_OWNERS_MAX);
+			return -EINVAL;
+		}
+		uid[(*n)++] = c->ns[i].owner;
+	}
+	return 0;
+}
+
+/* The device tier, if [tier.gpu] asks for one: one pool per owner. A
+ * cuda tier without a visible device refuses the start: silently running
+ * without it would hide a broken host.
  */
 static int open_gpu(struct kvfs_cache *c)
 {
+	uint32_t uid[KVFS_GPU_OWNERS_MAX];
+	struct kvfs_gpu_owners o = {
+		.uid = uid,
+		.owner_capacity = c->conf.gpu_owner_capacity,
+	};
 	char name[64];
 	int rc;
 
+	if (c->conf.gpu_backend != KVFS_PARAMS_GPU_SHM &&
+	    c->conf.gpu_backend != KVFS_PARAMS_GPU_CUDA)
+		return 0;
+	rc = gpu_owners(c, uid, &o.n);
+	if (rc)
+		return rc;
 	switch (c->conf.gpu_backend) {
 	case KVFS_PARAMS_GPU_SHM:
-		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-%d-pool",
+		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-",
 			 c->store->sb.uuid[0], c->store->sb.uuid[1],
-			 c->store->sb.uuid[2], c->store->sb.uuid[3],
-			 (int)getpid());
-		rc = kvfs_gpu_shm_init(name, c->conf.gpu_capacity, 0,
-				       &c->tier[KVFS_TIER_GPU]);
+			 c->store->sb.uuid[2], c->store->sb.uuid[3]);
+		/* Pools of daemons of this store that died without
+		 * unmounting (kill -9) hold their tenants' KV: not kept.
+		 */
+		kvfs_gpu_shm_sweep(name);
+		snprintf(name + strlen(name), sizeof(name) - strlen(name),
+			 "%d-pool", (int)getpid());
+		rc = kvfs_gpu_shm_init_owners(name, c->conf.gpu_capacity, 0,
+					      &o, &c->tier[KVFS_TIER_GPU]);
 		break;
 	case KVFS_PARAMS_GPU_CUDA:
-		rc = kvfs_gpu_cuda_init((int)c->conf.gpu_device,
-					c->conf.gpu_capacity, 0,
-					&c->tier[KVFS_TIER_GPU]);
+		rc = kvfs_gpu_cuda_init_owners((int)c->conf.gpu_device,
+					       c->conf.gpu_capacity, 0, &o,
+					       &c->tier[KVFS_TIER_GPU]);
 		if (rc)
 			kvfs_err("[tier.gpu] backend = cuda, but CUDA device "
 				 "%u cannot be used (%s): refusing to start",

@@ -155,7 +155,7 @@ int kvfs_wb_pass(struct kvfs_cache *c)
 			dx = b->dram;
 			pthread_mutex_unlock(&b->lock);
 			it[i].rc = kvfs_reserve(c, &ssd_reserve_ops, dx.len,
-						 &it[i].ext);
+						 &it[i].ext, NULL);
 			if (!it[i].rc)
 				it[i].rc = ssd->ops->write(ssd, &it[i].ext, 0,
 							   dx.ptr, dx.len);

@@ -418,7 +418,8 @@ static void place(struct kvfs_cache *c, const struct cins *in,
 
 			if (in->client && !bounce)
 				return;
-			if (gpu->ops->alloc(gpu, in->len, &x) == 0) {
+			if (c->gops->alloc_owner(gpu, in->b->ns->owner,
+						 in->len, &x) == 0) {
 				e = entry_new(st, s, in->layer, in->len,
 					      CSET_GPU, ga);
 				j = e ? job_add(jobs) : NULL;

@@ -5,6 +5,7 @@
  * the file that does it (cache/ctl_i.h lists them).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cache/ctl_i.h"
@@ -47,11 +48,13 @@ static unsigned op_needs(uint32_t op)
 /*
  * Refuse a caller the namespace's mode does not let in, before anything
  * is looked up: a LOOKUP must not tell whether a key exists. The device
- * pool is one object that every namespace's blocks share, so only those
- * who may see all of them (root, the mounting user) are handed it.
+ * pool a namespace's blocks go to is its owner's (one per owner), so it
+ * is handed only to that owner, root and the mounting user; other
+ * readers (its group, others) fetch into their own memory.
  */
 static int check_access(struct kvfs_ctl_ctx *x)
 {
+	char pool[96];
 	const char *why = NULL;
 	uint32_t op = x->r->op;
 
@@ -62,9 +65,14 @@ static int check_access(struct kvfs_ctl_ctx *x)
 	else if ((op == KVFS_CTL_FETCH ||
 		  (op == KVFS_CTL_FETCH_CHUNKS &&
 		   (x->r->flags & KVFS_CTL_F_POOL))) &&
-		 !kvfs_ctl_is_admin(x->cr))
-		why = "the device pool is shared by every namespace and handed "
-		      "only to root and the mounting user (use FETCH_INTO)";
+		 !kvfs_ctl_is_admin(x->cr) &&
+		 (!x->ns || x->cr->uid != x->ns->owner)) {
+		snprintf(pool, sizeof(pool),
+			 "the device pool of the namespace is uid %u's, "
+			 "handed only to it (use FETCH_INTO)",
+			 x->ns ? x->ns->owner : 0);
+		why = pool;
+	}
 	if (!why)
 		return 0;
 	kvfs_warn("ctl: uid %u may not %s in namespace %s: %s (EACCES)",

@@ -133,7 +133,8 @@ int kvfs_ctl_fetch_chunks(struct kvfs_ctl_ctx *x)
 	sp = r->sub_period && r->sub_period < r->n_layers ? r->sub_period :
 							    r->n_layers;
 	if (pool) {
-		rc = gpu->ops->alloc(gpu, total, &region);
+		/* In the namespace's owner's pool, the one it may map. */
+		rc = go->alloc_owner(gpu, x->ns->owner, total, &region);
 		if (rc) {
 			kvfs_ctl_fail(x, -ENOSPC, "%s",
 				      "no room in the device pool for "
@@ -278,7 +279,7 @@ int kvfs_ctl_fetch_chunks(struct kvfs_ctl_ctx *x)
 			goto out_sync;
 		region_off = region.off;
 		memset(&region, 0, sizeof(region));
-		go->describe(gpu, &x->resp->pool);
+		go->describe_owner(gpu, x->ns->owner, &x->resp->pool);
 		x->resp->n_blocks = 1;
 		x->blk[0].pool_off = region_off;
 		x->blk[0].len = total;

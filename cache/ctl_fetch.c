@@ -73,7 +73,11 @@ int kvfs_ctl_fetch(struct kvfs_ctl_ctx *x)
 		rc = 0;
 		goto out_put;
 	}
-	x->c->gops->describe(x->c->tier[KVFS_TIER_GPU], &x->resp->pool);
+	/* The pool of the namespace's owner, which holds every block of it;
+	 * the offsets below are relative to it.
+	 */
+	x->c->gops->describe_owner(x->c->tier[KVFS_TIER_GPU], x->ns->owner,
+				   &x->resp->pool);
 	x->resp->n_blocks = (uint32_t)x->nk;
 	x->resp->n_cached = (uint32_t)x->nk;
 	for (size_t i = 0; i < x->nk; i++) {

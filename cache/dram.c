@@ -157,7 +157,7 @@ static const struct kvfs_reserve_ops dram_reserve_ops = {
 
 int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e)
 {
-	return kvfs_reserve(c, &dram_reserve_ops, len, e);
+	return kvfs_reserve(c, &dram_reserve_ops, len, e, NULL);
 }
 
 /* ---------------------------------------------------------------- loads */

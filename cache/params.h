@@ -122,6 +122,10 @@ struct kvfs_cache_params {
 	int gpu_backend; /* enum kvfs_params_gpu (default none) */
 	unsigned gpu_device; /* CUDA device ordinal (0) */
 	uint64_t gpu_capacity; /* bytes of the device pool */
+	/* cuda: bytes of each owner's pool (one allocation per namespace
+	 * owner); 0 = gpu_capacity / the number of owners. shm ignores it.
+	 */
+	uint64_t gpu_owner_capacity;
 	int gpu_restore; /* enum kvfs_params_restore (auto) */
 	unsigned lease_ms; /* leases older than this are reclaimed
 				    * (default 60000) */

@@ -10,7 +10,7 @@
 #include "cache/cache_i.h"
 
 int kvfs_reserve(struct kvfs_cache *c, const struct kvfs_reserve_ops *ops,
-		 uint64_t len, struct kvfs_extent *e)
+		 uint64_t len, struct kvfs_extent *e, void *arg)
 {
 	struct kvfs_tier *t = c->tier[ops->tier];
 	struct kvfs_pnode *v;
@@ -21,14 +21,15 @@ int kvfs_reserve(struct kvfs_cache *c, const struct kvfs_reserve_ops *ops,
 	if (ops->fit_check && len > t->capacity)
 		return -ENOSPC;
 	for (;;) {
-		rc = t->ops->alloc(t, len, e);
+		rc = ops->alloc ? ops->alloc(c, len, e, arg) :
+				  t->ops->alloc(t, len, e);
 		if (rc != -ENOSPC)
 			return rc;
 		after = !ops->evict_locked;
 		pthread_mutex_lock(&c->policy_lock);
 		kvfs_cache_drain_touches(c);
 		v = kvfs_policy_victim(c->policy, ops->tier, ops->may_evict,
-				       NULL);
+				       arg);
 		b = v ? kvfs_pn_block(v) : NULL;
 		if (b) {
 			kvfs_block_get_ref(b);

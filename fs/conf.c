@@ -508,6 +508,8 @@ static const struct conf_key gpu_keys[] = {
 	  0, 0, 0, false },
 	U32("device", struct kvfs_conf, cache.gpu_device, 0, 1023, false),
 	SIZE("capacity", struct kvfs_conf, cache.gpu_capacity, 4096, 16ull << 40),
+	SIZE("owner_capacity", struct kvfs_conf, cache.gpu_owner_capacity, 0,
+	     16ull << 40),
 	U32("lease_ms", struct kvfs_conf, cache.lease_ms, 1, 86400000, false),
 	{ "restore", set_gpu_restore, offsetof(struct kvfs_conf, cache.gpu_restore),
 	  0, 0, 0, false },

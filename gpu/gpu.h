@@ -18,8 +18,18 @@
  *         present (KVFS_HAVE_CUDA); linked statically against cudart so
  *         the binaries still run where no driver is installed.
  *
- * Base tier ops on a device tier: alloc/free/claim manage the pool with the
- * extent allocator; write copies host -> pool, read pool -> host, readv is
+ * Pools per owner: a tier holds one pool per owner uid (made at init,
+ * struct kvfs_gpu_owners), so that a client is handed only memory that
+ * holds blocks it may read (docs/ctl.md, "Permissions"). shm: one object
+ * per owner, of that uid, mode 0600, each spanning the capacity but
+ * sparse (pages are reserved by alloc and given back by free); cuda: one
+ * cudaMalloc per owner, of owner_capacity bytes, with its own IPC handle.
+ * The capacity (base.capacity, base.used) is one budget shared by every
+ * pool. An extent names its pool (kvfs_extent.pool) and its offset is
+ * relative to that pool, as are the offsets clients are given.
+ *
+ * Base tier ops on a device tier: alloc/free/claim manage the pools with
+ * the extent allocator (alloc: the default owner's pool, the first one); write copies host -> pool, read pool -> host, readv is
  * a batch of reads; map returns a host pointer for shm and NULL for cuda
  * (extent_addr gives either backend's own address); sync waits for every
  * copy issued so far.
@@ -65,8 +75,22 @@ struct kvfs_gpu_xfer {
 };
 
 struct kvfs_gpu_ops {
-	/* Describe the pool for clients (FETCH's response). */
+	/* Describe the default owner's pool for clients. */
 	void (*describe)(struct kvfs_tier *t, struct kvfs_ctl_mem *out);
+	/* Describe uid @owner's pool for clients (FETCH's response): its
+	 * shm name or IPC handle, and its size. 0, or -ENOENT (logged) when
+	 * @owner has no pool. Lock-free.
+	 */
+	int (*describe_owner)(struct kvfs_tier *t, uint32_t owner,
+			      struct kvfs_ctl_mem *out);
+	/* Reserve @len bytes in uid @owner's pool, as base alloc does in
+	 * the default owner's; e->pool names the pool. 0; -ENOSPC when the
+	 * shared capacity is spent, the pool has no hole that large, or
+	 * (shm) /dev/shm cannot back the pages; -EINVAL for 0 bytes;
+	 * -ENOENT (logged) when @owner has no pool. Thread-safe.
+	 */
+	int (*alloc_owner)(struct kvfs_tier *t, uint32_t owner, uint64_t len,
+			   struct kvfs_extent *e);
 	/* Open a client's memory. -EINVAL for a handle of another backend or
 	 * device, a bad shm name or a size of 0; -ENOENT if it does not
 	 * exist; each logged.
@@ -153,10 +177,29 @@ struct kvfs_gpu_ops {
 	int (*host_unregister)(struct kvfs_tier *t, void *ptr);
 };
 
+struct kvfs_gpu_pools;
+
 /* A device tier is a kvfs_tier whose ops table is embedded here. */
 struct kvfs_gpu_tier {
 	struct kvfs_tier base;
 	const struct kvfs_gpu_ops *gops;
+	struct kvfs_gpu_pools *pools; /* gpu/ only; immutable after init */
+};
+
+/* Most owners (pools) one device tier holds. */
+#define KVFS_GPU_OWNERS_MAX 64
+
+/*
+ * The owners a tier makes pools for, at init. @uid[0] is the default
+ * owner (base alloc and describe); the uids must differ. For cuda each
+ * pool is one allocation of @owner_capacity bytes (0: capacity / @n,
+ * rounded down to 4096), all made at init; shm ignores it (every pool
+ * spans the capacity, sparse). The pools share the capacity either way.
+ */
+struct kvfs_gpu_owners {
+	const uint32_t *uid;
+	size_t n; /* 1..KVFS_GPU_OWNERS_MAX */
+	uint64_t owner_capacity;
 };
 
 enum kvfs_gpu_flags {
@@ -165,17 +208,39 @@ enum kvfs_gpu_flags {
 };
 
 /*
- * kvfs_gpu_shm_init() - a shared-memory pool of @capacity bytes named
- * @name ("/kvfs-<something>", created O_EXCL, mode 0644, unlinked on
- * free). 0, -EEXIST, -EINVAL, or another -errno (logged).
- * With KVFS_GPU_PRIVATE the name is @name + "-<pid>-<n>" (describe()
- * gives it). The whole object is reserved up front (posix_fallocate), so
- * a full /dev/shm fails here (-ENOSPC), not in a later copy. -EINVAL for
- * a bad name (not "/" + a name without '/', or 64 bytes or more with
- * its suffix), a capacity under 4096 or unknown flags.
+ * kvfs_gpu_shm_init() - kvfs_gpu_shm_init_owners() with one owner, the
+ * caller's uid (getuid()).
  */
 int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		      struct kvfs_tier **out);
+
+/*
+ * kvfs_gpu_shm_init_owners() - shared-memory pools sharing @capacity
+ * bytes, one object per owner of @o, named @name + "-<uid>" (@name is
+ * "/kvfs-<something>"; each created O_EXCL, fchown'ed to its uid, mode
+ * 0600, unlinked on free). With KVFS_GPU_PRIVATE the names are @name +
+ * "-<pid>-<n>-<uid>" (describe() gives them). Each object is sized to
+ * the capacity but sparse: alloc reserves the pages it hands out
+ * (fallocate), so a full /dev/shm is -ENOSPC from alloc, never a SIGBUS
+ * in a copy, and free gives them back. A daemon that may not give an
+ * object away (not root) keeps it as its own, with a warning.
+ * 0, -EEXIST, -EINVAL, or another -errno (logged). -EINVAL for a bad
+ * name (not "/" + a name without '/', or 64 bytes or more with its
+ * suffixes), a capacity under 4096, unknown flags, no owner, too many,
+ * or one uid twice.
+ */
+int kvfs_gpu_shm_init_owners(const char *name, uint64_t capacity,
+			     unsigned flags, const struct kvfs_gpu_owners *o,
+			     struct kvfs_tier **out);
+
+/*
+ * kvfs_gpu_shm_sweep() - remove the pool objects that daemons of a store
+ * left behind when they died: every /dev/shm/<@prefix><pid>-pool... whose
+ * pid is no running process (@prefix is "/kvfs-<store id>-"). Objects of
+ * this process and of live ones stay. Returns how many were removed
+ * (each logged), or -errno when /dev/shm cannot be read.
+ */
+int kvfs_gpu_shm_sweep(const char *prefix);
 
 /*
  * kvfs_gpu_cuda_init() - a cudaMalloc pool of @capacity bytes on @device.
@@ -188,6 +253,17 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
  */
 int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 		       struct kvfs_tier **out);
+
+/*
+ * kvfs_gpu_cuda_init_owners() - as kvfs_gpu_cuda_init(), with one pool
+ * per owner of @o: a cudaMalloc of @o->owner_capacity bytes each (0:
+ * @capacity / @o->n), exported with its own IPC handle, all made here.
+ * -EINVAL also for no owner, too many, one uid twice or a pool under
+ * 4096 bytes.
+ */
+int kvfs_gpu_cuda_init_owners(int device, uint64_t capacity, unsigned flags,
+			      const struct kvfs_gpu_owners *o,
+			      struct kvfs_tier **out);
 
 /* The device ops of a tier made by either init, or NULL for other tiers
  * (and for NULL).

@@ -46,7 +46,9 @@ int kvfs_gpu_name_check(const char *name, size_t max, const char *who,
 static int pool_side_ok(const struct kvfs_tier *t, const struct kvfs_extent *e,
 			uint64_t off, uint64_t len)
 {
-	return e->off <= t->capacity && e->len <= t->capacity - e->off &&
+	const struct kvfs_gpu_pool *p = kvfs_gpu_pool_of(t, e);
+
+	return p && e->off <= p->size && e->len <= p->size - e->off &&
 	       kvfs_tier_in_extent(e, off, len);
 }
 
@@ -55,10 +57,14 @@ int kvfs_gpu_ext_check(const struct kvfs_tier *t, const struct kvfs_extent *e,
 		       const char *who, const char *what)
 {
 	if (!e || !pool_side_ok(t, e, off, len) || (len && !buf)) {
+		const struct kvfs_gpu_pool *p = e ? kvfs_gpu_pool_of(t, e) :
+						    NULL;
+
 		kvfs_err("%s: %s of [%" PRIu64 ", +%" PRIu64 ") outside the "
-			 "extent [%" PRIu64 ", +%" PRIu64 ") of a %" PRIu64
-			 "-byte pool, or no buffer", who, what, off, len,
-			 e ? e->off : 0, e ? e->len : 0, t->capacity);
+			 "extent [%" PRIu64 ", +%" PRIu64 ") of pool %" PRIu32
+			 " (%" PRIu64 " bytes), or no buffer", who, what, off,
+			 len, e ? e->off : 0, e ? e->len : 0,
+			 e ? e->pool : 0, p ? p->size : 0);
 		return -EINVAL;
 	}
 	return 0;
@@ -71,6 +77,7 @@ struct dst_range {
 	uint64_t lo, len;
 	size_t i;       /* the transfer */
 	unsigned sp;    /* enum dst_space */
+	uint32_t pool;  /* DS_POOL: which pool (offsets are per pool) */
 };
 
 /* The range transfer @i writes, if @kind asks for it to be compared. */
@@ -83,6 +90,7 @@ static bool dst_of(const struct kvfs_gpu_xfer *x, size_t i, unsigned kind,
 		return false;
 	r->len = c->len;
 	r->i = i;
+	r->pool = 0;
 	if (kind & KVFS_GPU_X_PEER_DST) {
 		r->sp = DS_PEER;
 		r->lo = c->peer_off;
@@ -90,6 +98,7 @@ static bool dst_of(const struct kvfs_gpu_xfer *x, size_t i, unsigned kind,
 		return false;
 	} else if (c->pool) {
 		r->sp = DS_POOL;
+		r->pool = c->pool->pool;
 		r->lo = c->pool->off + c->off;
 	} else {
 		r->sp = DS_HOST;
@@ -113,6 +122,8 @@ static int dst_cmp(const void *pa, const void *pb)
 
 	if (a->sp != b->sp)
 		return a->sp < b->sp ? -1 : 1;
+	if (a->pool != b->pool)
+		return a->pool < b->pool ? -1 : 1;
 	if (a->lo != b->lo)
 		return a->lo < b->lo ? -1 : 1;
 	return (a->i > b->i) - (a->i < b->i);
@@ -162,7 +173,8 @@ static int dst_check(const struct kvfs_gpu_xfer *x, size_t n, unsigned kind,
 	for (size_t i = 0; i < n; i++) {
 		if (!dst_of(x, i, kind, &r))
 			continue;
-		if (seen[r.sp] && (r.lo < last[r.sp].lo ||
+		if (seen[r.sp] && (r.pool != last[r.sp].pool ||
+				   r.lo < last[r.sp].lo ||
 				   dst_overlap(&last[r.sp], &r)))
 			goto out_sort;
 		last[r.sp] = r;
@@ -182,7 +194,8 @@ out_sort:
 			nv++;
 	qsort(v, nv, sizeof(*v), dst_cmp);
 	for (size_t k = 1; k < nv && !err; k++)
-		if (v[k].sp == v[k - 1].sp && dst_overlap(&v[k - 1], &v[k]))
+		if (v[k].sp == v[k - 1].sp && v[k].pool == v[k - 1].pool &&
+		    dst_overlap(&v[k - 1], &v[k]))
 			err = dst_refuse(&v[k - 1], &v[k], n, who, what);
 	free(v);
 	return err;

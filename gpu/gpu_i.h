@@ -36,6 +36,81 @@ struct kvfs_gpu_peer {
 	uint64_t dev, ino;     /* shm: the object's identity */
 };
 
+/*
+ * One owner's pool. Set up by the backend's init and immutable after it,
+ * but for @map (its own lock).
+ */
+struct kvfs_gpu_pool {
+	uint32_t owner;            /* the uid it belongs to */
+	uint64_t size;             /* bytes, a multiple of KVFS_GPU_ALIGN */
+	unsigned char *base;       /* shm: our mapping; cuda: device pointer */
+	struct kvfs_ctl_mem desc;  /* what describe hands to clients */
+	int fd;                    /* shm: the object (page reservations) */
+	uint64_t dev, ino;         /* shm: the object's identity */
+	bool map_live;             /* @map initialised */
+	struct kvfs_tier_pool map; /* its extents; has its own lock */
+};
+
+/* Every pool of a tier: @p[0..n) are set up, p[0] the default owner's. */
+struct kvfs_gpu_pools {
+	size_t n;
+	struct kvfs_gpu_pool p[KVFS_GPU_OWNERS_MAX];
+};
+
+/* The pool holding @e, or NULL for an index no pool has. Lock-free. */
+static inline struct kvfs_gpu_pool *kvfs_gpu_pool_of(const struct kvfs_tier *t,
+						     const struct kvfs_extent *e)
+{
+	struct kvfs_gpu_pools *ps = ((const struct kvfs_gpu_tier *)t)->pools;
+
+	return e->pool < ps->n ? &ps->p[e->pool] : NULL;
+}
+
+/*
+ * Check @o (1..KVFS_GPU_OWNERS_MAX owners, no uid twice). 0 or -EINVAL,
+ * logged with @who.
+ */
+int kvfs_gpu_owners_check(const struct kvfs_gpu_owners *o, const char *who);
+
+/* uid @owner's pool of @t, or NULL. Lock-free. */
+struct kvfs_gpu_pool *kvfs_gpu_pool_find(struct kvfs_tier *t, uint32_t owner);
+
+/*
+ * Set up @p's extent map over [0, @size) for uid @owner (the backend
+ * sets the rest). 0, -EINVAL or -ENOMEM.
+ */
+int kvfs_gpu_pool_init(struct kvfs_gpu_pool *p, uint32_t owner,
+		       uint64_t size);
+
+/* Free every pool's map (the backend freed their memory). */
+void kvfs_gpu_pools_release(struct kvfs_gpu_pools *ps);
+
+/*
+ * The allocator half of ->alloc_owner: take @len (rounded up to
+ * KVFS_GPU_ALIGN) from the tier's shared capacity (t->used), then a hole
+ * in @owner's pool; sets e->off, e->len, e->pool and e->ptr = NULL.
+ * 0; -EINVAL for 0 bytes; -ENOSPC; -ENOENT (logged) for an owner without
+ * a pool. Takes the pool's map lock.
+ */
+int kvfs_gpu_pool_alloc(struct kvfs_tier *t, uint32_t owner, uint64_t len,
+			struct kvfs_extent *e, const char *who);
+
+/* Give @e back to its pool and the shared capacity; a bad or double free
+ * is logged and ignored. @freed, if set, runs under the pool's map lock
+ * once the range is free and before anyone can take it again (shm gives
+ * its pages back there). Takes the pool's map lock.
+ */
+void kvfs_gpu_pool_free(struct kvfs_tier *t, const struct kvfs_extent *e,
+			void (*freed)(struct kvfs_gpu_pool *p,
+				      const struct kvfs_extent *e));
+
+/* Mark @e used in its pool (base claim). 0, -EINVAL, -EEXIST, -ENOMEM. */
+int kvfs_gpu_pool_claim(struct kvfs_tier *t, const struct kvfs_extent *e);
+
+/* ->describe_owner of both backends: a copy of the pool's desc. */
+int kvfs_gpu_pool_describe(struct kvfs_tier *t, uint32_t owner,
+			   struct kvfs_ctl_mem *out);
+
 /* ->peer_size of both backends. */
 uint64_t kvfs_gpu_peer_size(const struct kvfs_gpu_peer *p);
 
@@ -56,7 +131,7 @@ int kvfs_gpu_name_check(const char *name, size_t max, const char *who,
 			const char *what);
 
 /*
- * [off, off + len) inside extent @e, and @e inside @t's pool; @buf
+ * [off, off + len) inside extent @e, and @e inside its pool of @t; @buf
  * non-NULL when @len is not 0. 0 or -EINVAL (logged with @who, @what).
  */
 int kvfs_gpu_ext_check(const struct kvfs_tier *t, const struct kvfs_extent *e,

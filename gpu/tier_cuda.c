@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cuda device tier: a cudaMalloc'd pool on one device, exported once
- * with cudaIpcGetMemHandle, and copies driven through the CUDA runtime
- * API only (no kernels).
+ * The cuda device tier: one cudaMalloc'd pool per owner uid on one device,
+ * each exported once with cudaIpcGetMemHandle, and copies driven through
+ * the CUDA runtime API only (no kernels).  A pool is its own allocation,
+ * so its IPC handle opens that owner's blocks and nothing else: an
+ * importer maps the whole allocation a handle names, and carving one
+ * allocation into per-owner ranges would have handed every owner all of
+ * them.  The pools are made at init, owner_capacity bytes each; the
+ * capacity stays one budget they share (gpu/gpu_pools.c).
  *
  * Host memory handed to the tier is, in general, ordinary pageable
  * memory, which the copy engines cannot read directly at full speed, so
@@ -53,6 +58,13 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	return -EOPNOTSUPP;
 }
 
+int kvfs_gpu_cuda_init_owners(int device, uint64_t capacity, unsigned flags,
+			      const struct kvfs_gpu_owners *o,
+			      struct kvfs_tier **out)
+{
+	return kvfs_gpu_cuda_init(device, capacity, flags, out);
+}
+
 #else /* KVFS_HAVE_CUDA */
 
 #include <pthread.h>
@@ -60,6 +72,7 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -122,10 +135,11 @@ struct cuda_region {
 struct cuda_tier {
 	struct kvfs_gpu_tier g;
 	int device;                  /* immutable */
-	unsigned char *dpool;        /* device memory; immutable */
-	cudaIpcMemHandle_t ipc;      /* immutable */
 	cuda_range_fn range;         /* immutable; NULL if unavailable */
-	struct kvfs_tier_pool pool;   /* has its own lock */
+	/* Immutable after init but each map (own lock); base a device
+	 * pointer, desc.ipc its handle.
+	 */
+	struct kvfs_gpu_pools pools;
 	unsigned nstreams;           /* streams set up; immutable after init */
 	struct cuda_stream streams[CUDA_STREAMS];
 	bool live;                   /* counted in cuda_tiers */
@@ -533,25 +547,31 @@ static int cuda_run(struct cuda_tier *ct, struct cuda_job *j, size_t n,
 static unsigned char *cuda_at(struct kvfs_tier *t, const struct kvfs_extent *e,
 			      uint64_t off)
 {
-	return to_cuda(t)->dpool + e->off + off;
+	return kvfs_gpu_pool_of(t, e)->base + e->off + off;
 }
 
 /* ---- base tier ops ---- */
 
-static int cuda_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
+static int cuda_alloc_owner(struct kvfs_tier *t, uint32_t owner, uint64_t len,
+			    struct kvfs_extent *e)
 {
 	/* ptr stays NULL: the pool is not host-addressable. */
-	return kvfs_tier_pool_alloc(t, &to_cuda(t)->pool, "cuda", len, e);
+	return kvfs_gpu_pool_alloc(t, owner, len, e, "cuda");
+}
+
+static int cuda_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
+{
+	return cuda_alloc_owner(t, to_cuda(t)->pools.p[0].owner, len, e);
 }
 
 static void cuda_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	kvfs_tier_pool_free(t, &to_cuda(t)->pool, e);
+	kvfs_gpu_pool_free(t, e, NULL);
 }
 
 static int cuda_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	return kvfs_tier_pool_claim(t, &to_cuda(t)->pool, e);
+	return kvfs_gpu_pool_claim(t, e);
 }
 
 static int cuda_write(struct kvfs_tier *t, const struct kvfs_extent *e,
@@ -702,18 +722,17 @@ static void cuda_teardown(struct cuda_tier *ct)
 	while (ct->nregs)
 		(void)cuda_region_drop(ct, ct->nregs - 1);
 	pthread_rwlock_destroy(&ct->reg_lock);
-	if (ct->dpool)
-		cudaFree(ct->dpool);
+	for (size_t i = 0; i < KVFS_GPU_OWNERS_MAX; i++)
+		if (ct->pools.p[i].base)
+			cudaFree(ct->pools.p[i].base);
+	kvfs_gpu_pools_release(&ct->pools);
 	(void)cudaGetLastError();
 	free(ct);
 }
 
 static void cuda_release(struct kvfs_tier *t)
 {
-	struct cuda_tier *ct = to_cuda(t);
-
-	kvfs_tier_pool_release(&ct->pool);
-	cuda_teardown(ct);
+	cuda_teardown(to_cuda(t));
 }
 
 const struct kvfs_tier_ops kvfs_gpu_cuda_tier_ops = {
@@ -733,13 +752,7 @@ const struct kvfs_tier_ops kvfs_gpu_cuda_tier_ops = {
 
 static void cuda_describe(struct kvfs_tier *t, struct kvfs_ctl_mem *out)
 {
-	struct cuda_tier *ct = to_cuda(t);
-
-	memset(out, 0, sizeof(*out));
-	out->backend = KVFS_CTL_BACKEND_CUDA;
-	out->device = (uint32_t)ct->device;
-	out->size = t->capacity;
-	memcpy(out->ipc, &ct->ipc, sizeof(out->ipc));
+	*out = to_cuda(t)->pools.p[0].desc;
 }
 
 /*
@@ -837,10 +850,12 @@ static int cuda_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 			 "device %d", m->device, ct->device);
 		return -EINVAL;
 	}
-	if (!memcmp(m->ipc, &ct->ipc, sizeof(m->ipc))) {
-		kvfs_err("cuda: peer handle is this tier's own pool");
-		return -EINVAL;
-	}
+	for (size_t i = 0; i < ct->pools.n; i++)
+		if (!memcmp(m->ipc, ct->pools.p[i].desc.ipc, sizeof(m->ipc))) {
+			kvfs_err("cuda: peer handle is one of this tier's "
+				 "pools");
+			return -EINVAL;
+		}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -1008,7 +1023,7 @@ static int cuda_extent_addr(struct kvfs_tier *t, const struct kvfs_extent *e,
 	*addr = NULL;
 	if (kvfs_gpu_ext_check(t, e, 0, NULL, 0, "cuda", "extent_addr"))
 		return -EINVAL;
-	*addr = to_cuda(t)->dpool + e->off;
+	*addr = cuda_at(t, e, 0);
 	return 0;
 }
 
@@ -1093,6 +1108,8 @@ static int cuda_host_unregister(struct kvfs_tier *t, void *ptr)
 
 static const struct kvfs_gpu_ops cuda_gpu_ops = {
 	.describe = cuda_describe,
+	.describe_owner = kvfs_gpu_pool_describe,
+	.alloc_owner = cuda_alloc_owner,
 	.peer_open = cuda_peer_open,
 	.peer_close = cuda_peer_close,
 	.peer_size = kvfs_gpu_peer_size,
@@ -1145,11 +1162,43 @@ static cuda_range_fn cuda_find_range(void)
 	return (cuda_range_fn)fn;
 }
 
-int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
-		       struct kvfs_tier **out)
+/* Make one pool per owner of @o, @size bytes each: an allocation and
+ * its IPC handle. The device is current.
+ */
+static int cuda_pools_create(struct cuda_tier *ct,
+			     const struct kvfs_gpu_owners *o, uint64_t size)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < o->n && !err; i++) {
+		struct kvfs_gpu_pool *p = &ct->pools.p[i];
+		cudaIpcMemHandle_t h;
+		void *mem = NULL;
+
+		err = kvfs_gpu_pool_init(p, o->uid[i], size);
+		if (!err)
+			err = CUDA_TRY(cudaMalloc(&mem, (size_t)size));
+		p->base = mem;
+		if (!err)
+			err = CUDA_TRY(cudaIpcGetMemHandle(&h, mem));
+		if (err)
+			break;
+		p->desc.backend = KVFS_CTL_BACKEND_CUDA;
+		p->desc.device = (uint32_t)ct->device;
+		p->desc.size = size;
+		memcpy(p->desc.ipc, &h, sizeof(p->desc.ipc));
+	}
+	if (!err)
+		ct->pools.n = o->n;
+	return err;
+}
+
+int kvfs_gpu_cuda_init_owners(int device, uint64_t capacity, unsigned flags,
+			      const struct kvfs_gpu_owners *o,
+			      struct kvfs_tier **out)
 {
 	struct cuda_tier *ct;
-	void *pool = NULL;
+	uint64_t size;
 	cudaError_t e;
 	int count = 0, err;
 
@@ -1157,10 +1206,16 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 		kvfs_err("cuda: unknown flags %#x", flags);
 		return -EINVAL;
 	}
+	err = kvfs_gpu_owners_check(o, "cuda");
+	if (err)
+		return err;
 	/* A pool is whole allocation units; a remainder could never be used. */
 	capacity -= capacity % KVFS_GPU_ALIGN;
-	if (!capacity || capacity > SIZE_MAX) {
-		kvfs_err("cuda: pool capacity must be at least %u bytes",
+	size = o->owner_capacity ? o->owner_capacity : capacity / o->n;
+	size -= size % KVFS_GPU_ALIGN;
+	if (!capacity || capacity > SIZE_MAX || !size || size > SIZE_MAX) {
+		kvfs_err("cuda: pool capacity (and each owner's, %" PRIu64
+			 " bytes) must be at least %u bytes", size,
 			 KVFS_GPU_ALIGN);
 		return -EINVAL;
 	}
@@ -1180,25 +1235,20 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	if (!ct)
 		return -ENOMEM;
 	ct->device = device;
+	ct->g.pools = &ct->pools;
 	err = -pthread_rwlock_init(&ct->reg_lock, NULL);
 	if (err)
 		goto out_free;
-	err = kvfs_tier_pool_init(&ct->pool, 0, capacity, KVFS_GPU_ALIGN);
-	if (err)
-		goto out_destroy_lock;
 	err = cuda_enter(ct);
 	if (!err)
-		err = CUDA_TRY(cudaMalloc(&pool, (size_t)capacity));
-	ct->dpool = pool;
-	if (!err)
-		err = CUDA_TRY(cudaIpcGetMemHandle(&ct->ipc, ct->dpool));
+		err = cuda_pools_create(ct, o, size);
 	for (unsigned i = 0; i < CUDA_STREAMS && !err; i++) {
 		/* Counted first: teardown must undo a half-built stream. */
 		ct->nstreams = i + 1;
 		err = cuda_stream_init(&ct->streams[i]);
 	}
 	if (err)
-		goto out_release_pool;
+		goto out_teardown;
 	pthread_mutex_lock(&cuda_ipc_lock);
 	cuda_tiers++;
 	ct->live = true;
@@ -1212,15 +1262,21 @@ int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
 	*out = &ct->g.base;
 	return 0;
 
-out_release_pool:
-	kvfs_tier_pool_release(&ct->pool);
+out_teardown:
 	cuda_teardown(ct);
 	return err;
-out_destroy_lock:
-	pthread_rwlock_destroy(&ct->reg_lock);
 out_free:
 	free(ct);
 	return err;
+}
+
+int kvfs_gpu_cuda_init(int device, uint64_t capacity, unsigned flags,
+		       struct kvfs_tier **out)
+{
+	uint32_t me = (uint32_t)getuid();
+	struct kvfs_gpu_owners o = { .uid = &me, .n = 1 };
+
+	return kvfs_gpu_cuda_init_owners(device, capacity, flags, &o, out);
 }
 
 #endif /* KVFS_HAVE_CUDA */

@@ -1,19 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shm device tier: one POSIX shared-memory object stands in for device
- * memory.  Clients map it read-only by its name, exactly as they would
- * open a cudaIpcMemHandle, and their own memory ("peers") is another shm
- * object each.  The object is mode 0600: it holds every namespace's
- * blocks, so only the daemon's user and root may map it.  Every copy is a memcpy, so this backend is the reference
- * the cuda backend's tests are held to.
+ * The shm device tier: POSIX shared-memory objects stand in for device
+ * memory, one pool object per owner uid.  Clients map their owner's
+ * object read-only by its name, exactly as they would open a
+ * cudaIpcMemHandle, and their own memory ("peers") is another shm object
+ * each.  An object is owned by its uid and mode 0600: it holds only the
+ * blocks of that owner's namespaces, so only that user and root may map
+ * it.  Every copy is a memcpy, so this backend is the reference the cuda
+ * backend's tests are held to.
  *
- * The object is fully allocated at init (posix_fallocate) so that running
- * out of /dev/shm is an init error rather than a SIGBUS on some later
- * copy.
+ * Every object spans the capacity, which the owners share, so each is
+ * sparse: alloc reserves the pages of the extent it hands out
+ * (fallocate), so that running out of /dev/shm is -ENOSPC there rather
+ * than a SIGBUS on some later copy, and free punches them out again, so
+ * the objects together hold no more than the shared capacity.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,11 +40,7 @@
 
 struct shm_tier {
 	struct kvfs_gpu_tier g;
-	char name[KVFS_CTL_NAME_MAX]; /* immutable */
-	unsigned char *mem;           /* capacity bytes; immutable */
-	dev_t dev;                    /* the object's identity; immutable */
-	ino_t ino;
-	struct kvfs_tier_pool pool;    /* has its own lock */
+	struct kvfs_gpu_pools pools; /* immutable after init (maps locked) */
 };
 
 static atomic_uint shm_seq;
@@ -48,29 +50,61 @@ static struct shm_tier *to_shm(struct kvfs_tier *t)
 	return (struct shm_tier *)t;
 }
 
+/* Only for an extent the checks passed (its pool exists). */
 static unsigned char *shm_at(struct kvfs_tier *t, const struct kvfs_extent *e,
 			     uint64_t off)
 {
-	return to_shm(t)->mem + e->off + off;
+	return kvfs_gpu_pool_of(t, e)->base + e->off + off;
+}
+
+static int shm_alloc_owner(struct kvfs_tier *t, uint32_t owner, uint64_t len,
+			   struct kvfs_extent *e)
+{
+	int err = kvfs_gpu_pool_alloc(t, owner, len, e, "shm");
+	struct kvfs_gpu_pool *p;
+
+	if (err)
+		return err;
+	p = kvfs_gpu_pool_of(t, e);
+	err = fallocate(p->fd, 0, (off_t)e->off, (off_t)e->len);
+	/* Where the shm filesystem cannot reserve (not tmpfs), the pages
+	 * come at the first write, as they did before pools were sparse.
+	 */
+	if (err && errno != EOPNOTSUPP) {
+		err = errno;
+		kvfs_dbg("shm: reserve %" PRIu64 " bytes of %s: %s", e->len,
+			 p->desc.shm_name, strerror(err));
+		kvfs_gpu_pool_free(t, e, NULL);
+		return err == ENOSPC || err == ENOMEM ? -ENOSPC : -err;
+	}
+	e->ptr = shm_at(t, e, 0);
+	return 0;
 }
 
 static int shm_alloc(struct kvfs_tier *t, uint64_t len, struct kvfs_extent *e)
 {
-	int err = kvfs_tier_pool_alloc(t, &to_shm(t)->pool, "shm", len, e);
+	return shm_alloc_owner(t, to_shm(t)->pools.p[0].owner, len, e);
+}
 
-	if (!err)
-		e->ptr = shm_at(t, e, 0);
-	return err;
+/* Under the pool's map lock, so the range is not handed out again before
+ * its pages are gone.
+ */
+static void shm_unreserve(struct kvfs_gpu_pool *p, const struct kvfs_extent *e)
+{
+	if (fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)e->off, (off_t)e->len))
+		kvfs_dbg("shm: give back %" PRIu64 " bytes of %s: %s", e->len,
+			 p->desc.shm_name, strerror(errno));
 }
 
 static void shm_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	kvfs_tier_pool_free(t, &to_shm(t)->pool, e);
+	kvfs_gpu_pool_free(t, e, shm_unreserve);
 }
 
 static int shm_claim(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	return kvfs_tier_pool_claim(t, &to_shm(t)->pool, e);
+	return kvfs_gpu_pool_claim(t, e);
 }
 
 static int shm_write(struct kvfs_tier *t, const struct kvfs_extent *e,
@@ -126,14 +160,29 @@ static void *shm_map(struct kvfs_tier *t, const struct kvfs_extent *e)
 	return shm_at(t, e, 0);
 }
 
+/* Unmap, close and unlink every pool set up so far. */
+static void shm_pools_destroy(struct shm_tier *s)
+{
+	for (size_t i = 0; i < KVFS_GPU_OWNERS_MAX; i++) {
+		struct kvfs_gpu_pool *p = &s->pools.p[i];
+
+		if (p->base)
+			munmap(p->base, (size_t)p->size);
+		if (p->fd >= 0)
+			close(p->fd);
+		if (p->desc.shm_name[0] && shm_unlink(p->desc.shm_name) &&
+		    errno != ENOENT)
+			kvfs_warn("shm: unlink %s: %s", p->desc.shm_name,
+				  strerror(errno));
+	}
+	kvfs_gpu_pools_release(&s->pools);
+}
+
 static void shm_release(struct kvfs_tier *t)
 {
 	struct shm_tier *s = to_shm(t);
 
-	munmap(s->mem, (size_t)t->capacity);
-	if (shm_unlink(s->name) && errno != ENOENT)
-		kvfs_warn("shm: unlink %s: %s", s->name, strerror(errno));
-	kvfs_tier_pool_release(&s->pool);
+	shm_pools_destroy(s);
 	free(s);
 }
 
@@ -154,12 +203,17 @@ const struct kvfs_tier_ops kvfs_gpu_shm_tier_ops = {
 
 static void shm_describe(struct kvfs_tier *t, struct kvfs_ctl_mem *out)
 {
-	struct shm_tier *s = to_shm(t);
+	*out = to_shm(t)->pools.p[0].desc;
+}
 
-	memset(out, 0, sizeof(*out));
-	out->backend = KVFS_CTL_BACKEND_SHM;
-	out->size = t->capacity;
-	memcpy(out->shm_name, s->name, sizeof(out->shm_name));
+/* Whether @sb is one of @s's pool objects. */
+static bool shm_is_pool(struct shm_tier *s, const struct stat *sb)
+{
+	for (size_t i = 0; i < s->pools.n; i++)
+		if ((uint64_t)sb->st_dev == s->pools.p[i].dev &&
+		    (uint64_t)sb->st_ino == s->pools.p[i].ino)
+			return true;
+	return false;
 }
 
 static int shm_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
@@ -191,8 +245,9 @@ static int shm_peer_open(struct kvfs_tier *t, const struct kvfs_ctl_mem *m,
 			 strerror(-err));
 		goto out_close_fd;
 	}
-	if (sb.st_dev == s->dev && sb.st_ino == s->ino) {
-		kvfs_err("shm: peer %s is this tier's own pool", m->shm_name);
+	if (shm_is_pool(s, &sb)) {
+		kvfs_err("shm: peer %s is one of this tier's pools",
+			 m->shm_name);
 		err = -EINVAL;
 		goto out_close_fd;
 	}
@@ -378,6 +433,8 @@ static int shm_host_unregister(struct kvfs_tier *t, void *ptr)
 
 static const struct kvfs_gpu_ops shm_gpu_ops = {
 	.describe = shm_describe,
+	.describe_owner = kvfs_gpu_pool_describe,
+	.alloc_owner = shm_alloc_owner,
 	.peer_open = shm_peer_open,
 	.peer_close = shm_peer_close,
 	.peer_size = kvfs_gpu_peer_size,
@@ -394,54 +451,133 @@ static const struct kvfs_gpu_ops shm_gpu_ops = {
 /* ---- init ---- */
 
 /*
- * Create the object: @name itself, or with KVFS_GPU_PRIVATE @name plus a
- * suffix unique to this process and call. The name used goes to s->name.
+ * Create @p's object @base + "-<uid>", of the owner's uid and mode 0600,
+ * sized @size (sparse), and map it. -EEXIST when the name is taken (not
+ * logged: a private pool tries another).
  */
-static int shm_create(struct shm_tier *s, const char *name, unsigned flags)
+static int shm_pool_create(struct kvfs_gpu_pool *p, const char *base,
+			   uint32_t owner, uint64_t size)
 {
-	for (unsigned try = 0; try < SHM_NAME_TRIES; try++) {
-		int fd, n;
-
-		if (flags & KVFS_GPU_PRIVATE)
-			n = snprintf(s->name, sizeof(s->name), "%s-%ld-%u",
-				     name, (long)getpid(),
-				     atomic_fetch_add(&shm_seq, 1));
-		else
-			n = snprintf(s->name, sizeof(s->name), "%s", name);
-		if (n < 0 || (size_t)n >= sizeof(s->name)) {
-			kvfs_err("shm: pool name %s too long (at most %zu "
-				 "bytes with its suffix)", name,
-				 sizeof(s->name) - 1);
-			return -EINVAL;
-		}
-		fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-			      0600);
-		if (fd >= 0)
-			return fd;
-		if (errno == EEXIST && (flags & KVFS_GPU_PRIVATE))
-			continue;
-		n = errno;
-		kvfs_err("shm: create %s: %s", s->name, strerror(n));
-		return -n;
-	}
-	kvfs_err("shm: no free name for a private pool after %d tries",
-		 SHM_NAME_TRIES);
-	return -EEXIST;
-}
-
-int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
-		      struct kvfs_tier **out)
-{
-	struct shm_tier *s;
+	char *name = p->desc.shm_name;
 	struct stat sb;
 	void *mem;
-	int fd, err;
+	int fd, n, err;
+
+	n = snprintf(name, sizeof(p->desc.shm_name), "%s-%" PRIu32, base,
+		     owner);
+	if (n < 0 || (size_t)n >= sizeof(p->desc.shm_name)) {
+		kvfs_err("shm: pool name %s-%" PRIu32 " too long (at most %zu "
+			 "bytes)", base, owner, sizeof(p->desc.shm_name) - 1);
+		name[0] = 0;
+		return -EINVAL;
+	}
+	fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err = -errno;
+		name[0] = 0; /* not ours to unlink */
+		if (err != -EEXIST)
+			kvfs_err("shm: create %s-%" PRIu32 ": %s", base, owner,
+				 strerror(-err));
+		return err;
+	}
+	p->fd = fd;
+	/* Only its owner (and root) may map it, whatever the umask
+	 * (docs/ctl.md). A daemon that is not root cannot give it away: it
+	 * stays the daemon's, which its owner then cannot open.
+	 */
+	if (fchown(fd, (uid_t)owner, (gid_t)-1) && (uint32_t)geteuid() != owner)
+		kvfs_warn("shm: cannot give pool %s to uid %" PRIu32 " (%s): "
+			  "it stays the daemon's, and its owner cannot map it",
+			  name, owner, strerror(errno));
+	if (fchmod(fd, 0600) || ftruncate(fd, (off_t)size) || fstat(fd, &sb)) {
+		err = -errno;
+		kvfs_err("shm: size %s to %" PRIu64 " bytes: %s", name, size,
+			 strerror(-err));
+		return err;
+	}
+	mem = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		   0);
+	if (mem == MAP_FAILED) {
+		err = -errno;
+		kvfs_err("shm: mmap %s: %s", name, strerror(-err));
+		return err;
+	}
+	p->base = mem;
+	p->dev = (uint64_t)sb.st_dev;
+	p->ino = (uint64_t)sb.st_ino;
+	p->desc.backend = KVFS_CTL_BACKEND_SHM;
+	p->desc.size = size;
+	return kvfs_gpu_pool_init(p, owner, size);
+}
+
+/* No pool set up: nothing to unmap, close or unlink. */
+static void shm_pools_reset(struct shm_tier *s)
+{
+	memset(&s->pools, 0, sizeof(s->pools));
+	for (size_t i = 0; i < KVFS_GPU_OWNERS_MAX; i++)
+		s->pools.p[i].fd = -1;
+}
+
+/*
+ * Create every pool under @name, or with KVFS_GPU_PRIVATE under @name
+ * plus a suffix unique to this process and call.
+ */
+static int shm_pools_create(struct shm_tier *s, const char *name,
+			    unsigned flags, const struct kvfs_gpu_owners *o,
+			    uint64_t size)
+{
+	char base[KVFS_CTL_NAME_MAX];
+	int err = -EEXIST;
+
+	for (unsigned try = 0; try < SHM_NAME_TRIES && err == -EEXIST; try++) {
+		int n;
+
+		if (flags & KVFS_GPU_PRIVATE)
+			n = snprintf(base, sizeof(base), "%s-%ld-%u", name,
+				     (long)getpid(),
+				     atomic_fetch_add(&shm_seq, 1));
+		else
+			n = snprintf(base, sizeof(base), "%s", name);
+		if (n < 0 || (size_t)n >= sizeof(base)) {
+			kvfs_err("shm: pool name %s too long (at most %zu "
+				 "bytes with its suffixes)", name,
+				 sizeof(base) - 1);
+			return -EINVAL;
+		}
+		err = 0;
+		for (size_t i = 0; i < o->n && !err; i++)
+			err = shm_pool_create(&s->pools.p[i], base, o->uid[i],
+					      size);
+		if (!err)
+			return 0;
+		shm_pools_destroy(s);
+		shm_pools_reset(s);
+		if (err == -EEXIST && !(flags & KVFS_GPU_PRIVATE)) {
+			kvfs_err("shm: create %s-...: a pool of that name "
+				 "exists", base);
+			return err;
+		}
+	}
+	if (err == -EEXIST)
+		kvfs_err("shm: no free name for a private pool after %d tries",
+			 SHM_NAME_TRIES);
+	return err;
+}
+
+int kvfs_gpu_shm_init_owners(const char *name, uint64_t capacity,
+			     unsigned flags, const struct kvfs_gpu_owners *o,
+			     struct kvfs_tier **out)
+{
+	struct shm_tier *s;
+	int err;
 
 	if (flags & ~(unsigned)KVFS_GPU_PRIVATE) {
 		kvfs_err("shm: unknown flags %#x", flags);
 		return -EINVAL;
 	}
 	err = kvfs_gpu_name_check(name, KVFS_CTL_NAME_MAX, "shm", "pool");
+	if (!err)
+		err = kvfs_gpu_owners_check(o, "shm");
 	if (err)
 		return err;
 	/* A pool is whole allocation units; a remainder could never be used. */
@@ -455,43 +591,14 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	fd = shm_create(s, name, flags);
-	if (fd < 0) {
-		err = fd;
-		goto out_free;
+	s->g.pools = &s->pools;
+	shm_pools_reset(s);
+	err = shm_pools_create(s, name, flags, o, capacity);
+	if (err) {
+		free(s);
+		return err;
 	}
-	/* The pool holds every namespace's blocks: only the daemon's user
-	 * (and root) may map it, whatever the umask (docs/ctl.md).
-	 */
-	if (fchmod(fd, 0600) || ftruncate(fd, (off_t)capacity) ||
-	    fstat(fd, &sb)) {
-		err = -errno;
-		kvfs_err("shm: size %s to %" PRIu64 " bytes: %s", s->name,
-			 capacity, strerror(-err));
-		goto out_unlink;
-	}
-	err = posix_fallocate(fd, 0, (off_t)capacity);
-	if (err && err != EOPNOTSUPP && err != EINVAL) {
-		kvfs_err("shm: reserve %" PRIu64 " bytes for %s: %s (is "
-			 "/dev/shm large enough?)", capacity, s->name,
-			 strerror(err));
-		err = -err;
-		goto out_unlink;
-	}
-	mem = mmap(NULL, (size_t)capacity, PROT_READ | PROT_WRITE, MAP_SHARED,
-		   fd, 0);
-	if (mem == MAP_FAILED) {
-		err = -errno;
-		kvfs_err("shm: mmap %s: %s", s->name, strerror(-err));
-		goto out_unlink;
-	}
-	err = kvfs_tier_pool_init(&s->pool, 0, capacity, KVFS_GPU_ALIGN);
-	if (err)
-		goto out_unmap;
-	close(fd);
-	s->mem = mem;
-	s->dev = sb.st_dev;
-	s->ino = sb.st_ino;
+	s->pools.n = o->n;
 	s->g.base.ops = &kvfs_gpu_shm_tier_ops;
 	s->g.base.id = KVFS_TIER_GPU;
 	s->g.base.capacity = capacity;
@@ -499,13 +606,64 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 	s->g.gops = &shm_gpu_ops;
 	*out = &s->g.base;
 	return 0;
+}
 
-out_unmap:
-	munmap(mem, (size_t)capacity);
-out_unlink:
-	shm_unlink(s->name);
-	close(fd);
-out_free:
-	free(s);
-	return err;
+int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
+		      struct kvfs_tier **out)
+{
+	uint32_t me = (uint32_t)getuid();
+	struct kvfs_gpu_owners o = { .uid = &me, .n = 1 };
+
+	return kvfs_gpu_shm_init_owners(name, capacity, flags, &o, out);
+}
+
+/* "<pid>-pool..." after the prefix: the pid, or 0 for another name. */
+static long sweep_pid(const char *rest)
+{
+	char *end;
+	long pid;
+
+	if (*rest < '1' || *rest > '9')
+		return 0;
+	pid = strtol(rest, &end, 10);
+	return pid > 0 && !strncmp(end, "-pool", 5) ? pid : 0;
+}
+
+int kvfs_gpu_shm_sweep(const char *prefix)
+{
+	size_t plen = prefix && prefix[0] == '/' ? strlen(prefix) - 1 : 0;
+	char path[KVFS_CTL_NAME_MAX + 1];
+	struct dirent *d;
+	int removed = 0;
+	DIR *dir;
+
+	if (!plen)
+		return -EINVAL;
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return -errno;
+	while ((d = readdir(dir))) {
+		long pid;
+
+		if (strncmp(d->d_name, prefix + 1, plen))
+			continue;
+		pid = sweep_pid(d->d_name + plen);
+		/* EPERM: alive, someone else's. */
+		if (!pid || pid == (long)getpid() || !kill((pid_t)pid, 0) ||
+		    errno != ESRCH)
+			continue;
+		if (snprintf(path, sizeof(path), "/%s", d->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		if (shm_unlink(path)) {
+			kvfs_warn("shm: remove %s, left by daemon %ld, which "
+				  "is gone: %s", path, pid, strerror(errno));
+			continue;
+		}
+		kvfs_info("shm: removed %s, left by daemon %ld, which is gone",
+			  path, pid);
+		removed++;
+	}
+	closedir(dir);
+	return removed;
 }

@@ -82,6 +82,7 @@ int kvfs_tier_pool_alloc(struct kvfs_tier *t, struct kvfs_tier_pool *p,
 	e->off = off;
 	e->len = len;
 	e->ptr = NULL;
+	e->pool = 0;
 	return 0;
 }
 

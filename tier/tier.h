@@ -52,6 +52,10 @@ struct kvfs_extent {
 	uint64_t off;  /* tier-relative offset (ssd: byte offset in file) */
 	uint64_t len;  /* bytes reserved, a multiple of the tier's alignment */
 	void *ptr;     /* memory tiers: the buffer; NULL otherwise */
+	/* Device tiers: which owner's pool holds it (an index the tier
+	 * gives out, gpu/gpu.h); @off is relative to that pool. 0 elsewhere.
+	 */
+	uint32_t pool;
 };
 
 /*

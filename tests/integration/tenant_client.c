@@ -13,7 +13,15 @@
  *                            session keeps open; then as UID:GID on the
  *                            same descriptor)
  *     mkshm SHM BYTES [FILL]  (create a 0600 shm object of the caller's,
- *                              every byte FILL) | sum SHM (its byte sum)
+ *                              every byte FILL) | sum SHM (its byte sum) |
+ *     fetchmap KEY FILE  (FETCH into the pool, then map the pool it names
+ *                         read-only and compare the block's payload there
+ *                         with FILE's: prints pool=NAME, inside=0|1 (the
+ *                         range within the pool's size), same=0|1, or
+ *                         map=-errno) |
+ *     pool_chunks KEY  (FETCH_CHUNKS with F_POOL, chunk 0 of layer 0:
+ *                       pool=NAME and inside=0|1) |
+ *     openshm SHM  (shm_open read-only: open=0 or open=-errno)
  *
  * Prints "error=E" (resp.error, 0 or -errno) and, for SAVE, "key=HEX";
  * exits 0 when the request went through the transport, 2 when it did not
@@ -24,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +153,82 @@ static int fetch_chunks(int fd, const char *key, const char *shm)
 	return run(fd, &m);
 }
 
+/* Whether the region a response gives lies inside the pool it names. */
+static void print_region(const struct kvfs_ctl_msg *m)
+{
+	const struct kvfs_ctl_block *b =
+		(const void *)(m->bytes + sizeof(m->resp));
+
+	printf("pool=%s\ninside=%d\n", m->resp.pool.shm_name,
+	       m->resp.n_blocks == 1 && b->len &&
+		       b->pool_off <= m->resp.pool.size &&
+		       b->len <= m->resp.pool.size - b->pool_off);
+}
+
+static int fetchmap(int fd, const char *key, const char *file)
+{
+	const struct kvfs_ctl_block *b;
+	struct kvfs_ctl_msg m;
+	uint8_t *want, *p;
+	int rc, pfd, ffd;
+	bool same;
+
+	req_init(&m, KVFS_CTL_FETCH, key);
+	rc = run(fd, &m);
+	if (rc || m.resp.error)
+		return rc;
+	print_region(&m);
+	b = (const void *)(m.bytes + sizeof(m.resp));
+	pfd = shm_open(m.resp.pool.shm_name, O_RDONLY, 0);
+	if (pfd < 0) {
+		printf("map=%d\n", -errno);
+		return 0;
+	}
+	p = mmap(NULL, (size_t)m.resp.pool.size, PROT_READ, MAP_SHARED, pfd,
+		 0);
+	close(pfd);
+	want = malloc(b->len);
+	ffd = open(file, O_RDONLY);
+	if (p == MAP_FAILED || !want || ffd < 0 ||
+	    pread(ffd, want, b->len,
+		  (off_t)kvfs_fmt_payload_off(geom().block_tokens)) !=
+		    (ssize_t)b->len)
+		return perror("fetchmap"), 1;
+	close(ffd);
+	same = !memcmp(p + b->pool_off, want, b->len);
+	printf("same=%d\n", same);
+	free(want);
+	munmap(p, (size_t)m.resp.pool.size);
+	return 0;
+}
+
+static int pool_chunks(int fd, const char *key)
+{
+	struct kvfs_ctl_msg m;
+
+	req_init(&m, KVFS_CTL_FETCH_CHUNKS, key);
+	m.req.flags = KVFS_CTL_F_POOL;
+	m.req.n_chunks = 1;
+	m.req.n_layers = 1;
+	memset(m.bytes + m.req.size, 0, 4); /* chunk 0 */
+	m.req.size += 4;
+	if (run(fd, &m))
+		return 2;
+	if (!m.resp.error)
+		print_region(&m);
+	return 0;
+}
+
+static int openshm(const char *name)
+{
+	int fd = shm_open(name, O_RDONLY, 0);
+
+	printf("open=%d\n", fd < 0 ? -errno : 0);
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
 static int mkshm(const char *name, size_t len, int fill)
 {
 	uint8_t *p;
@@ -199,6 +284,8 @@ int main(int argc, char **argv)
 			     argc > 2 ? atoi(argv[2]) : 0);
 	if (!strcmp(op, "sum") && argc == 1)
 		return sum(argv[0]);
+	if (!strcmp(op, "openshm") && argc == 1)
+		return openshm(argv[0]);
 	fd = ctl_open();
 	if (!strcmp(op, "lookup") && argc == 1) {
 		req_init(&m, KVFS_CTL_LOOKUP, argv[0]);
@@ -242,6 +329,10 @@ int main(int argc, char **argv)
 		sleep((unsigned)atoi(argv[1]));
 		return rc;
 	}
+	if (!strcmp(op, "fetchmap") && argc == 2)
+		return fetchmap(fd, argv[0], argv[1]);
+	if (!strcmp(op, "pool_chunks") && argc == 1)
+		return pool_chunks(fd, argv[0]);
 	if (!strcmp(op, "fetch_chunks") && argc == 2)
 		return fetch_chunks(fd, argv[0], argv[1]);
 	if (!strcmp(op, "fetch_into") && argc >= 2) {

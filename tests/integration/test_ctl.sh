@@ -42,11 +42,11 @@ t_check "overlapping FETCH_INTO destinations were logged, naming both blocks" \
 	grep -q "destinations of blocks 0 \[[0-9]*, +[0-9]*) and 2 \[[0-9]*, +[0-9]*) overlap" "$STORE/kvfs.log"
 pid=$KVFS_PID
 if [ "$backend" = shm ]; then
-	t_check "the pool is a shm object named for this daemon" sh -c "ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"
+	t_check "the pool is a shm object named for this daemon and its owner" sh -c "ls /dev/shm | grep -q '^kvfs-.*-$pid-pool-$(id -u)\$'"
 fi
 t_check "unmount with the pool" kvfs_unmount
 if [ "$backend" = shm ]; then
-	t_check "the pool's shm object is gone after unmount" sh -c "! ls /dev/shm | grep -q '^kvfs-.*-$pid-pool\$'"
+	t_check "the pool's shm object is gone after unmount" sh -c "! ls /dev/shm | grep -q '^kvfs-.*-$pid-pool'"
 else
 	# The tier's closing line: FETCH copied blocks straight from the
 	# pinned DRAM tier.

@@ -6,6 +6,11 @@
 # EACCES, through files, ctl and xattrs; client memory a tenant could not
 # open itself is never used; root can do everything; the pin quota holds;
 # the other tenant's blocks and pins stay as they were throughout.
+# The device pool is one per owner: each tenant FETCHes into its own,
+# maps it and finds its blocks there, and cannot open the other's; a
+# reader of a namespace that is not its owner (a member of its group) is
+# sent to FETCH_INTO; root sees every pool. A start removes the pools of
+# dead daemons of its store, and /dev/shm is left as it was found.
 #
 # Needs root, useradd/userdel and runuser (util-linux). The users get
 # names unique to this run and are removed on every exit path.
@@ -27,6 +32,8 @@ fi
 
 UA=kvfsta$$
 UB=kvfstb$$
+UC=kvfstc$$
+SHM_C=/kvfs-ten-$$-c
 SHM_A=/kvfs-ten-$$-a
 SHM_A2=/kvfs-ten-$$-a2
 SHM_B=/kvfs-ten-$$-b
@@ -34,10 +41,12 @@ SHM_R=/kvfs-ten-$$-root
 HOLD=
 tenants_cleanup() {
 	[ -n "$HOLD" ] && kill "$HOLD" "${HOLD2:-}" 2>/dev/null
-	rm -f "/dev/shm$SHM_A" "/dev/shm$SHM_A2" "/dev/shm$SHM_B" "/dev/shm$SHM_R"
+	rm -f "/dev/shm$SHM_A" "/dev/shm$SHM_A2" "/dev/shm$SHM_B" "/dev/shm$SHM_R" "/dev/shm$SHM_C"
+	[ -n "${FAKE:-}" ] && rm -f "/dev/shm$FAKE"
 	t_cleanup
 	userdel "$UA" 2>/dev/null
 	userdel "$UB" 2>/dev/null
+	userdel "$UC" 2>/dev/null
 	getent group "$UA" >/dev/null && groupdel "$UA"
 	getent group "$UB" >/dev/null && groupdel "$UB"
 }
@@ -45,9 +54,12 @@ trap tenants_cleanup EXIT
 # A user of its own group, without a home.
 t_check "create user $UA" useradd -M -U -s /bin/sh "$UA"
 t_check "create user $UB" useradd -M -U -s /bin/sh "$UB"
-UIDA=$(id -u "$UA") GIDA=$(id -g "$UA")
+# A reader of a's through its group.
+t_check "create user $UC in group $UA" useradd -M -U -G "$UA" -s /bin/sh "$UC"
+UIDA=$(id -u "$UA") GIDA=$(id -g "$UA") UIDB=$(id -u "$UB")
 asA() { runuser -u "$UA" -- "$@"; }
 asB() { runuser -u "$UB" -- "$@"; }
+asC() { runuser -u "$UC" -- "$@"; }
 # The test store lives in a 0700 temp dir: the tenants must reach the mount.
 chmod 0755 "$T_DIR"
 
@@ -139,13 +151,40 @@ t_check "$UA: SAVE from its own memory ($out)" test -n "$KS" -a -f "$MNT/a/$KS.k
 t_check "$UA: PIN then UNPIN" test "$(asA "$TC" "$MNT" a pin "$KS" 1; asA "$TC" "$MNT" a unpin "$KS")" = "error=0
 error=0"
 t_check "$UA: EVICT (delete) its saved block" test "$(asA "$TC" "$MNT" a evict "$KS" 3)" = "error=0"
-t_check "$UA: FETCH into the shared pool is refused (root's only)" \
-	test "$(asA "$TC" "$MNT" a fetch "$KA")" = "error=-13"
-t_check "root: FETCH into the pool" test "$("$TC" "$MNT" a fetch "$KA")" = "error=0"
-t_check "the pool object is 0600 and the daemon's" \
-	test "$(stat -c '%a %U' /dev/shm/kvfs-*-"$KVFS_PID"-pool 2>/dev/null)" = "600 root"
-t_errno "$UA cannot map the pool" "Permission denied" asA cat /dev/shm/kvfs-*-"$KVFS_PID"-pool
-t_errno "$UB cannot map the pool" "Permission denied" asB cat /dev/shm/kvfs-*-"$KVFS_PID"-pool
+
+# ---- the device pool: one per owner
+out=$(asA "$TC" "$MNT" a fetchmap "$KA" "$MNT/a/$KA.kv" | tr '\n' ' ')
+PA=$(sed -n 's/.*pool=\([^ ]*\) .*/\1/p' <<<"$out")
+t_check "$UA: FETCH into its own pool, mapped read-only: its block byte for byte, inside the pool ($out)" \
+	test "$out" = "error=0 pool=$PA inside=1 same=1 "
+out=$(asB "$TC" "$MNT" b fetchmap "$KB" "$MNT/b/$KB.kv" | tr '\n' ' ')
+PB=$(sed -n 's/.*pool=\([^ ]*\) .*/\1/p' <<<"$out")
+t_check "$UB: the same in b ($out)" test "$out" = "error=0 pool=$PB inside=1 same=1 "
+t_check "the pools are named by store, daemon and owner" \
+	sh -c "case '$PA' in /kvfs-*-$KVFS_PID-pool-$UIDA) ;; *) exit 1;; esac && case '$PB' in /kvfs-*-$KVFS_PID-pool-$UIDB) ;; *) exit 1;; esac"
+t_check "a's pool object is $UA's, 0600" test "$(stat -c '%a %U' "/dev/shm$PA")" = "600 $UA"
+t_check "b's pool object is $UB's, 0600" test "$(stat -c '%a %U' "/dev/shm$PB")" = "600 $UB"
+t_check "the mounting user's pool (namespaces without an owner) is root's, 0600" \
+	test "$(stat -c '%a %U' /dev/shm/kvfs-*-"$KVFS_PID"-pool-0)" = "600 root"
+t_check "$UA cannot open $UB's pool (EACCES from shm_open)" test "$(asA "$TC" "$MNT" a openshm "$PB")" = "open=-13"
+t_check "$UB cannot open $UA's pool" test "$(asB "$TC" "$MNT" b openshm "$PA")" = "open=-13"
+P0=/$(ls /dev/shm | grep -- "-$KVFS_PID-pool-0\$")
+t_check "neither can open root's ($P0)" test "$(asA "$TC" "$MNT" a openshm "$P0")" = "open=-13"
+out=$(asA "$TC" "$MNT" a pool_chunks "$KA" | tr '\n' ' ')
+t_check "$UA: FETCH_CHUNKS with F_POOL, into a region of its own pool ($out)" \
+	test "$out" = "error=0 pool=$PA inside=1 "
+t_check "$UC (a's group) reads a: LOOKUP" test "$(asC "$TC" "$MNT" a lookup "$KA" | head -n 1)" = "error=0"
+t_check "$UC: FETCH (pool mode) of a is EACCES: the pool is $UA's" test "$(asC "$TC" "$MNT" a fetch "$KA")" = "error=-13"
+t_check "$UC: FETCH_CHUNKS with F_POOL too" test "$(asC "$TC" "$MNT" a pool_chunks "$KA")" = "error=-13"
+t_check "the refusal says to use FETCH_INTO" \
+	grep -q "ctl: uid $(id -u "$UC") may not FETCH in namespace a: the device pool of the namespace is uid $UIDA's.*use FETCH_INTO" "$STORE/kvfs.log"
+asC "$TC" "$MNT" a mkshm "$SHM_C" 65536 0
+t_check "$UC: FETCH_INTO its own memory instead" test "$(asC "$TC" "$MNT" a fetch_into "$KA" "$SHM_C")" = "error=0"
+t_check "$UC cannot open a's pool" test "$(asC "$TC" "$MNT" a openshm "$PA")" = "open=-13"
+out=$("$TC" "$MNT" a fetchmap "$KA" "$MNT/a/$KA.kv" | tr '\n' ' ')
+t_check "root: FETCH in a gives a's pool, and root maps it ($out)" test "$out" = "error=0 pool=$PA inside=1 same=1 "
+out=$("$TC" "$MNT" b fetchmap "$KB" "$MNT/b/$KB.kv" | tr '\n' ' ')
+t_check "root: and b's ($out)" test "$out" = "error=0 pool=$PB inside=1 same=1 "
 
 # ---- client memory the caller could not open itself
 "$TC" "$MNT" a mkshm "$SHM_R" 65536 90
@@ -235,5 +274,22 @@ t_check "b's block is intact" asB cmp -s "$MNT/b/$KB.kv" "$T_DIR/kb.copy"
 t_check "b's pin stayed" test "$(asB getfattr --only-values -n user.kvfs.pin "$MNT/b/$KB.kv")" = dram
 t_check "b holds its one block" test "$(asB getfattr --only-values -n user.kvfs.blocks "$MNT/b")" = 1
 t_check "a's blocks are there" test -f "$MNT/a/$KA.kv" -a -f "$MNT/a/$K3.kv"
+PID1=$KVFS_PID
 t_check "unmount" kvfs_unmount
+t_check "the unmount removed every pool" test -z "$(ls /dev/shm | grep -- "-$PID1-pool")"
+
+# ---- a start removes the pools a dead daemon of this store left
+dead=$(sh -c 'echo $$')
+FAKE=$(sed "s/-$PID1-pool-/-$dead-pool-/" <<<"$PA")
+: >"/dev/shm$FAKE"
+t_check "mount again over a dead daemon's pool ($FAKE)" kvfs_mount -o allow_other
+t_check "its pool is gone" test ! -e "/dev/shm$FAKE"
+t_check "and the removal is logged" grep -q "removed $FAKE, left by daemon $dead" "$STORE/kvfs.log"
+t_check "unmount" kvfs_unmount
+rm -f "/dev/shm$SHM_A" "/dev/shm$SHM_A2" "/dev/shm$SHM_B" "/dev/shm$SHM_R" "/dev/shm$SHM_C"
+# The store is this test's: nothing of it was there before.
+SPFX=${PA#/}
+SPFX=${SPFX%%-"$PID1"-pool-*}-
+t_check "/dev/shm is as it was found ($SPFX...)" \
+	test -z "$(ls /dev/shm | grep -e "^$SPFX" -e "^kvfs-ten-$$-")"
 t_done
