@@ -253,13 +253,16 @@ def pages_to_payload(g, layers, page, n_tokens=None, out=None):
     return out
 
 
-def payload_to_pages(g, payload, layers, page, n_tokens=None):
-    """The inverse of pages_to_payload: scatter a payload into ``page``."""
+def payload_to_pages(g, payload, layers, page, n_tokens=None, only=None):
+    """The inverse of pages_to_payload: scatter a payload into ``page``
+    (of every layer, or of layer ``only`` alone)."""
     n = n_tokens or g.block_tokens
     c, nc = g.chunk_tokens, g.n_chunks(n)
     src = payload.view(g.tdtype).view(g.n_layers, nc, 2, c, g.n_kv_heads,
                                       g.head_dim)
     for l, t in enumerate(layers):
+        if only is not None and l != only:
+            continue
         dst = t[page, :, :n]
         if nc * c == n:
             dst.copy_(src[l].transpose(0, 1).reshape(2, n, g.n_kv_heads,
@@ -537,3 +540,211 @@ class Store:
                 if e.errno != errno.EEXIST:
                     raise
         return saved
+
+
+# ------------------------------------------- per-layer loads (connectors)
+
+class LayerLoad:
+    """A FETCH_INTO of some blocks into a staging peer, consumed layer by
+    layer: ``wait_layer(l)`` waits on the completion word until layer l
+    has arrived and scatters it into the pages of the per-layer caches.
+    ``finish()`` joins the copy; a failure marks every page of the load
+    as failed (``failed``), and such pages are never used."""
+
+    def __init__(self, store, keys, pages, layers):
+        self.store, self.keys, self.pages = store, list(keys), list(pages)
+        self.layers = layers
+        g = store.g
+        self.plen = g.payload_bytes(g.block_tokens)
+        self.peer = kvfs.Peer(max(self.plen * len(self.keys), 4096))
+        self.sync = kvfs.Sync()
+        self.failed = set()
+        self.done = set()
+        self.job = None
+        if self.keys:
+            try:
+                self.job = store.client.fetch_into_async(
+                    store.ns, self.keys, self.peer,
+                    [i * self.plen for i in range(len(self.keys))],
+                    self.sync)
+            except OSError:
+                self.failed = set(self.pages)
+
+    def wait_layer(self, l, timeout=60):
+        if l in self.done or self.failed or not self.keys:
+            return not self.failed
+        try:
+            self.sync.wait_layer(l, timeout)
+        except OSError:
+            self.failed = set(self.pages)
+            return False
+        src = torch.frombuffer(self.peer.buf, dtype=torch.uint8)
+        for i, page in enumerate(self.pages):
+            payload_to_pages(self.store.g,
+                             src[i * self.plen:(i + 1) * self.plen],
+                             self.layers, page, only=l)
+        self.done.add(l)
+        return True
+
+    def finish(self):
+        if self.job is not None:
+            try:
+                self.job.join()
+            except OSError:
+                self.failed = set(self.pages)
+            self.job = None
+        self.sync.close()
+        self.peer.close()
+        return self.failed
+
+
+# ----------------------------------------------- key-addressed pages (SGLang)
+
+def page_tokens(page_key, block_tokens):
+    """The token area of a page stored under an engine's own page hash
+    (SGLang gives a backend its hash, not the tokens): the hash's bytes as
+    u32 words, zero-padded to ``block_tokens``. The page is then a
+    one-block chain from the namespace root, its kvfs key a function of
+    the engine's key alone."""
+    raw = hashlib.sha256(page_key.encode()).digest()
+    words = list(struct.unpack("<8I", raw))
+    return (words + [0] * block_tokens)[:block_tokens]
+
+
+class PageStore:
+    """Pages addressed by an engine's string keys (SGLang's HiCache), kept
+    as kvfs blocks of one namespace; values are flat tensors holding one
+    page in the payload layout (``g.payload_bytes`` bytes)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.g = store.g
+
+    def key(self, page_key):
+        return block_key(self.store.root,
+                         page_tokens(page_key, self.g.block_tokens))
+
+    def exists_leading(self, page_keys):
+        """How many leading keys kvfs holds (one LOOKUP per 160 keys)."""
+        keys = [self.key(k) for k in page_keys]
+        n = 0
+        while n < len(keys):
+            part = keys[n:n + 160]
+            r = self.store.client.lookup(self.store.ns, part)
+            lead = 0
+            for b in r.blocks:
+                if not b.tiers:
+                    break
+                lead += 1
+            n += lead
+            if lead < len(part):
+                break
+        return n
+
+    def get(self, page_key, out=None):
+        """The page as a flat uint8 tensor (into ``out`` if given), or None
+        when kvfs does not have it or it fails its checks."""
+        key = self.key(page_key)
+        g = self.g
+        try:
+            img = self.store._read_file(key)
+            check_header(g, parse_header(img), key, 0)
+        except (OSError, BlockError):
+            return None
+        payload = torch.frombuffer(img, dtype=torch.uint8)[
+            g.payload_off(g.block_tokens):]
+        if out is None:
+            return payload
+        out.view(-1).view(torch.uint8).copy_(payload)
+        return out
+
+    def set(self, page_key, value):
+        """Store a page; True when stored or already there."""
+        g = self.g
+        data = value.contiguous().view(-1).view(torch.uint8)
+        if data.numel() != g.payload_bytes(g.block_tokens):
+            raise ValueError("a page is %d bytes in this namespace, not %d"
+                             % (g.payload_bytes(g.block_tokens), data.numel()))
+        try:
+            self.store.write_block(self.key(page_key), self.store.root, 0,
+                                   page_tokens(page_key, g.block_tokens),
+                                   data.numpy().tobytes())
+        except OSError as e:
+            if e.errno != errno.EEXIST:
+                return False
+        return True
+
+
+# ------------------------------------------------------ connector core
+
+class ConnectorCore:
+    """What a connector does, engine-neutral: the adapters only translate
+    an engine's objects into these calls.
+
+    Scheduler side: ``match``. Worker side: ``register`` the per-layer
+    caches, ``start_load`` (one FETCH_INTO for a step's loads),
+    ``wait_layer``, ``finish_load``, ``save`` (SAVE of new full blocks),
+    ``take_load_errors``.
+    """
+
+    def __init__(self, mnt, ns, via="ctl", store=None):
+        self.store = store or Store(mnt, ns, via)
+        self.g = self.store.g
+        self.layers = []
+        self.load = None
+        self.errors = set()
+
+    # scheduler
+    def match(self, tokens, num_computed):
+        """Tokens kvfs can provide beyond ``num_computed`` (whole blocks;
+        the last token is always left to compute)."""
+        bt = self.g.block_tokens
+        keys = self.store.keys(tokens)
+        hit = min(self.store.lookup(keys), (len(tokens) - 1) // bt)
+        return max(0, hit * bt - num_computed)
+
+    # worker
+    def register(self, layers):
+        """``layers``: one tensor per layer, [num_pages, 2, bs, h, d]."""
+        self.layers = list(layers)
+
+    def start_load(self, loads):
+        """``loads``: (tokens, first_block, pages) per request: blocks
+        first_block.. of the prompt go to ``pages``."""
+        keys, pages = [], []
+        for tokens, first, pg in loads:
+            k = self.store.keys(tokens)[first:first + len(pg)]
+            keys += k
+            pages += list(pg)[:len(k)]
+        self.load = LayerLoad(self.store, keys, pages, self.layers) \
+            if keys else None
+
+    def wait_layer(self, l):
+        return self.load.wait_layer(l) if self.load else True
+
+    def finish_load(self):
+        if self.load is not None:
+            for l in range(len(self.layers)):
+                self.load.wait_layer(l)
+            self.errors |= self.load.finish()
+            self.load = None
+
+    def save(self, saves):
+        """``saves``: (tokens, first_block, pages) per request: blocks
+        first_block.. of the prompt, in ``pages``, are stored. Returns
+        the number created."""
+        n = 0
+        for tokens, first, pg in saves:
+            keys = self.store.keys(tokens)
+            last = min(len(keys), first + len(pg))
+            if last > first:
+                n += self.store.save(tokens, keys[:last], list(pg),
+                                     self.layers, first)
+        return n
+
+    def take_load_errors(self):
+        e, self.errors = self.errors, set()
+        return e
+
+    def close(self):
+        self.store.close()
