@@ -303,6 +303,10 @@ if [ -x "$BDIR/bench/bench_gpu_fetch" ]; then
 		echo "    (no figure: bench_gpu_fetch failed)"
 fi
 
+# --- 12. time to first token of the reference engine (its own mount) ----
+BUILD=$BUILD tests/bench/ttft.sh --summary "$SUMMARY" ||
+	echo "    (no figure: ttft.sh failed)"
+
 # --- summary ------------------------------------------------------------
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
