@@ -26,7 +26,8 @@ WERROR ?= 0
 DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
 	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
-	python3 libhiredis-dev redis-server redis-tools
+	python3 libhiredis-dev redis-server redis-tools \
+	python3-torch
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
@@ -127,6 +128,9 @@ kvfs-sim_MAIN := sim/sim_main.c
 PROGS += $(if $(wildcard client/engine_main.c),kvfs-engine)
 kvfs-engine_MAIN := client/engine_main.c
 PROG_BINS := $(PROGS:%=$(BUILD)/bin/%)
+# The reference engine (client/kvfs_engine/, Python and torch): a launcher
+# that runs /usr/bin/python3 on the package in this source tree.
+PY_ENGINE := $(if $(wildcard client/kvfs_engine/engine.py),$(BUILD)/bin/kvfs-torch-engine)
 
 # libkvfs: the client library engines link (shared and static), with the
 # block-format code it needs for key chains.
@@ -143,7 +147,17 @@ BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps test unit integration asan demo bench clean format check-format
-all: $(PROG_BINS) $(UNIT_BINS) $(ITEST_BINS) $(BENCH_BINS) $(LIBKVFS)
+all: $(PROG_BINS) $(UNIT_BINS) $(ITEST_BINS) $(BENCH_BINS) $(LIBKVFS) $(PY_ENGINE)
+
+$(BUILD)/bin/kvfs-torch-engine: Makefile
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)printf '%s\n' '#!/bin/sh' \
+		'# kvfs-torch-engine: the reference engine (client/kvfs_engine).' \
+		'export KVFS_LIB="$${KVFS_LIB:-$(abspath $(BUILD))/lib/libkvfs.so}"' \
+		'export PYTHONPATH="$(CURDIR)/client$${PYTHONPATH:+:$$PYTHONPATH}"' \
+		'exec /usr/bin/python3 -m kvfs_engine.engine "$$@"' >$@.tmp && \
+		chmod 755 $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/%.o: %.c
 	$(call msg,CC,$<)

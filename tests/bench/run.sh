@@ -365,6 +365,10 @@ EOC
 	redis_stop_all
 fi
 
+# --- 14. time to first token of the reference engine (its own mount) ----
+BUILD=$BUILD tests/bench/ttft.sh --summary "$SUMMARY" ||
+	echo "    (no figure: ttft.sh failed)"
+
 # --- summary ------------------------------------------------------------
 echo
 echo "  load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
