@@ -25,6 +25,9 @@ const struct kvfs_policy_ops *const kvfs_policy_registry[] = {
 	&kvfs_policy_hotprefix_ops,
 	&kvfs_policy_wa_ops,
 	&kvfs_policy_plfu_ops,
+	&kvfs_policy_s3fifo_ops,
+	&kvfs_policy_sieve_ops,
+	&kvfs_policy_kvfs_ops,
 	&kvfs_policy_belady_ops,
 	NULL,
 };

@@ -22,6 +22,9 @@ extern const struct kvfs_policy_ops kvfs_policy_hotprefix_ops;
 extern const struct kvfs_policy_ops kvfs_policy_wa_ops;
 extern const struct kvfs_policy_ops kvfs_policy_belady_ops;
 extern const struct kvfs_policy_ops kvfs_policy_plfu_ops;
+extern const struct kvfs_policy_ops kvfs_policy_s3fifo_ops;
+extern const struct kvfs_policy_ops kvfs_policy_sieve_ops;
+extern const struct kvfs_policy_ops kvfs_policy_kvfs_ops;
 
 /*
  * Recency stamps shared by lru and arc: the clock advances whenever the
@@ -73,6 +76,78 @@ static inline uint64_t kvfs_plist_stamp(const struct kvfs_pnode *n, int tier)
 {
 	return (uint64_t)n->t[tier].prio;
 }
+
+/*
+ * A count-min sketch of block sightings keyed by the block key (4 rows of
+ * 16-bit counters, conservative update), halved every @sample additions
+ * so old history fades (TinyLFU's reset).  Used by plfu and kvfs: it is
+ * how a policy remembers blocks it no longer holds, in a fixed size.
+ */
+#define KVFS_PSKETCH_ROWS 4
+
+struct kvfs_psketch {
+	uint16_t *c;     /* KVFS_PSKETCH_ROWS x width */
+	uint32_t width;  /* power of two */
+	uint64_t sample; /* additions between halvings */
+	uint64_t adds;   /* since the last halving */
+	uint64_t halvings;
+};
+
+/*
+ * kvfs_psketch_init() - allocate @s with @width counters per row (a power
+ *   of two, >= 64) halving every @sample (>= 1) additions.  0 or -ENOMEM.
+ * kvfs_psketch_release() - free what init allocated; idempotent.
+ * kvfs_psketch_get() - the estimate of @key's count (never below it,
+ *   between halvings).
+ * kvfs_psketch_add() - count one sighting of @key.  Returns true when this
+ *   addition triggered a halving (callers with cached estimates refresh).
+ */
+int kvfs_psketch_init(struct kvfs_psketch *s, uint32_t width, uint64_t sample);
+void kvfs_psketch_release(struct kvfs_psketch *s);
+uint32_t kvfs_psketch_get(const struct kvfs_psketch *s, const uint8_t key[16]);
+bool kvfs_psketch_add(struct kvfs_psketch *s, const uint8_t key[16]);
+
+/*
+ * kvfs_plist_first() - the first node from the head of @l (tier @tier)
+ *   that passes @ok and, when @leaf, is a leaf of the tier; at most @max
+ *   nodes are looked at (0 = no bound).  NULL when none.
+ */
+struct kvfs_pnode *kvfs_plist_first(const struct kvfs_plist *l, int tier,
+				    kvfs_policy_ok_fn ok, void *arg,
+				    bool leaf, size_t max);
+
+/*
+ * A ghost queue: the keys of blocks a policy let go, oldest first, kept
+ * while the sum of their sizes is at most @cap (S3-FIFO's G).  Keys are
+ * 64-bit digests of the block key; a membership table finds them in O(1).
+ * Adding a key already present refreshes it (it becomes the newest).
+ */
+struct kvfs_pghost {
+	struct kvfs_pghost_ent {
+		uint64_t fp;
+		uint64_t size;
+		uint64_t seq;
+	} *ring;                 /* FIFO, @head.. (mod @rcap) */
+	size_t rcap, head, n;    /* ring capacity (power of two), first, count */
+	uint64_t *tfp, *tseq;    /* membership: fp (0 = empty) -> newest seq */
+	size_t tcap, tn;         /* table slots (power of two), used */
+	uint64_t seq;            /* next sequence number */
+	uint64_t size;           /* sum of sizes of live entries */
+	uint64_t cap;
+};
+
+/*
+ * kvfs_pghost_init() - an empty ghost bounded by @cap size units.  0 or
+ *   -ENOMEM.  kvfs_pghost_release() frees it (idempotent).
+ * kvfs_pghost_add() - remember @key (of @size); trims the oldest entries
+ *   beyond @cap.  Returns 0 or -ENOMEM (then the key is not remembered).
+ * kvfs_pghost_take() - true when @key is remembered; it is forgotten.
+ */
+int kvfs_pghost_init(struct kvfs_pghost *g, uint64_t cap);
+void kvfs_pghost_release(struct kvfs_pghost *g);
+int kvfs_pghost_add(struct kvfs_pghost *g, const uint8_t key[16],
+		    uint64_t size);
+bool kvfs_pghost_take(struct kvfs_pghost *g, const uint8_t key[16]);
 
 /* Sizes of one tier's ARC lists, in pnode->size units. */
 struct kvfs_arc_state {

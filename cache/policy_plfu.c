@@ -35,7 +35,6 @@
 #include "cache/policy_i.h"
 #include "meta/log.h"
 
-#define PLFU_ROWS 4
 #define PLFU_NIL UINT32_MAX
 
 struct plfu_ent {
@@ -53,9 +52,9 @@ struct plfu_heap {
 struct plfu_priv {
 	struct plfu_heap h[KVFS_NTIERS];
 	struct kvfs_pclock clock;
-	uint16_t *sketch;       /* PLFU_ROWS x width */
-	uint32_t width;         /* power of two */
-	uint64_t sample, adds;
+	struct kvfs_psketch sk; /* sightings of every block */
+	uint32_t width;         /* option: counters per row */
+	uint64_t sample;        /* option: additions between halvings */
 };
 
 /* Per-tier recency stamp lives in plink.prio like the other policies. */
@@ -64,50 +63,16 @@ static inline uint64_t stamp_of(const struct kvfs_pnode *n, int tier)
 	return (uint64_t)n->t[tier].prio;
 }
 
-static uint64_t key_word(const uint8_t key[16], int i)
-{
-	uint64_t a, b;
-
-	memcpy(&a, key, 8);
-	memcpy(&b, key + 8, 8);
-	a = a * 0x9e3779b97f4a7c15ULL + b + (uint64_t)i * 0xd6e8feb86659fd93ULL;
-	a ^= a >> 32;
-	a *= 0xd6e8feb86659fd93ULL;
-	a ^= a >> 32;
-	return a;
-}
-
 static uint32_t sk_get(const struct plfu_priv *f, const uint8_t key[16])
 {
-	uint32_t m = UINT16_MAX;
-
-	for (int i = 0; i < PLFU_ROWS; i++) {
-		uint32_t v = f->sketch[(size_t)i * f->width +
-				       (key_word(key, i) & (f->width - 1))];
-
-		if (v < m)
-			m = v;
-	}
-	return m;
+	return kvfs_psketch_get(&f->sk, key);
 }
 
 static void plfu_reset(struct plfu_priv *f);
 
-/* Conservative update: only the minimal counters grow. */
 static void sk_add(struct plfu_priv *f, const uint8_t key[16])
 {
-	uint32_t m = sk_get(f, key);
-
-	if (m == UINT16_MAX)
-		return;
-	for (int i = 0; i < PLFU_ROWS; i++) {
-		uint16_t *c = &f->sketch[(size_t)i * f->width +
-					 (key_word(key, i) & (f->width - 1))];
-
-		if (*c == m)
-			(*c)++;
-	}
-	if (++f->adds >= f->sample)
+	if (kvfs_psketch_add(&f->sk, key))
 		plfu_reset(f);
 }
 
@@ -218,10 +183,7 @@ static void h_refresh(struct plfu_priv *f, struct kvfs_pnode *n, int tier)
 
 static void plfu_reset(struct plfu_priv *f)
 {
-	for (size_t i = 0; i < (size_t)PLFU_ROWS * f->width; i++)
-		f->sketch[i] >>= 1;
-	f->adds = 0;
-	/* Every snapshot changed: re-key and re-heapify. */
+	/* The sketch was just halved. Every snapshot changed: re-key and re-heapify. */
 	for (int t = 0; t < KVFS_NTIERS; t++) {
 		struct plfu_heap *h = &f->h[t];
 
@@ -270,9 +232,7 @@ static int plfu_init(struct kvfs_policy *p)
 		f->width = 1u << 16;
 	if (!f->sample)
 		f->sample = total ? 10 * total : 1u << 20;
-	f->sketch = calloc((size_t)PLFU_ROWS * f->width,
-			   sizeof(*f->sketch));
-	return f->sketch ? 0 : -ENOMEM;
+	return kvfs_psketch_init(&f->sk, f->width, f->sample);
 }
 
 static void plfu_release(struct kvfs_policy *p)
@@ -281,7 +241,7 @@ static void plfu_release(struct kvfs_policy *p)
 
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		free(f->h[t].a);
-	free(f->sketch);
+	kvfs_psketch_release(&f->sk);
 }
 
 static void plfu_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * Helpers the policies share (policy_i.h): the recency clock, the
- * stamp-sorted per-tier lists, and the leaf test of policy.h.  They sit
+ * stamp-sorted per-tier lists, the sighting sketch, and the leaf test of
+ * policy.h.  They sit
  * below the policies, which sit below the registry (policy.c): no policy
  * calls back into the registry.
  */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cache/policy.h"
 #include "cache/policy_i.h"
 
@@ -121,4 +126,269 @@ void kvfs_plist_place(struct kvfs_plist *l, struct kvfs_pnode *n, int tier,
 		       (kvfs_plist_stamp(pos, tier) == st && pos->depth < d)))
 		pos = pos->t[tier].prev;
 	plist_link_after(l, pos, n, tier);
+}
+
+struct kvfs_pnode *kvfs_plist_first(const struct kvfs_plist *l, int tier,
+				    kvfs_policy_ok_fn ok, void *arg,
+				    bool leaf, size_t max)
+{
+	size_t k = 0;
+
+	for (struct kvfs_pnode *x = l->head; x; x = x->t[tier].next) {
+		if (max && k++ >= max)
+			break;
+		if ((!leaf || !x->children[tier]) && ok(x, arg))
+			return x;
+	}
+	return NULL;
+}
+
+static uint64_t sketch_hash(const uint8_t key[16], int i)
+{
+	uint64_t a, b;
+
+	memcpy(&a, key, 8);
+	memcpy(&b, key + 8, 8);
+	a = a * 0x9e3779b97f4a7c15ULL + b + (uint64_t)i * 0xd6e8feb86659fd93ULL;
+	a ^= a >> 32;
+	a *= 0xd6e8feb86659fd93ULL;
+	a ^= a >> 32;
+	return a;
+}
+
+int kvfs_psketch_init(struct kvfs_psketch *s, uint32_t width, uint64_t sample)
+{
+	s->width = width;
+	s->sample = sample ? sample : 1;
+	s->adds = 0;
+	s->halvings = 0;
+	s->c = calloc((size_t)KVFS_PSKETCH_ROWS * width, sizeof(*s->c));
+	return s->c ? 0 : -ENOMEM;
+}
+
+void kvfs_psketch_release(struct kvfs_psketch *s)
+{
+	free(s->c);
+	s->c = NULL;
+}
+
+uint32_t kvfs_psketch_get(const struct kvfs_psketch *s, const uint8_t key[16])
+{
+	uint32_t m = UINT16_MAX;
+
+	for (int i = 0; i < KVFS_PSKETCH_ROWS; i++) {
+		uint32_t v = s->c[(size_t)i * s->width +
+				  (sketch_hash(key, i) & (s->width - 1))];
+
+		if (v < m)
+			m = v;
+	}
+	return m;
+}
+
+bool kvfs_psketch_add(struct kvfs_psketch *s, const uint8_t key[16])
+{
+	uint32_t m = kvfs_psketch_get(s, key);
+
+	if (m < UINT16_MAX) {
+		/* Conservative update: only the minimal counters grow. */
+		for (int i = 0; i < KVFS_PSKETCH_ROWS; i++) {
+			uint16_t *c =
+				&s->c[(size_t)i * s->width +
+				      (sketch_hash(key, i) & (s->width - 1))];
+
+			if (*c == m)
+				(*c)++;
+		}
+	}
+	if (++s->adds < s->sample)
+		return false;
+	for (size_t i = 0; i < (size_t)KVFS_PSKETCH_ROWS * s->width; i++)
+		s->c[i] >>= 1;
+	s->adds = 0;
+	s->halvings++;
+	return true;
+}
+
+static uint64_t ghost_fp(const uint8_t key[16])
+{
+	uint64_t fp = sketch_hash(key, 7);
+
+	return fp ? fp : 1;
+}
+
+static size_t ghost_slot(const struct kvfs_pghost *g, uint64_t fp)
+{
+	size_t i = (size_t)(fp * 0x9e3779b97f4a7c15ULL) & (g->tcap - 1);
+
+	while (g->tfp[i] && g->tfp[i] != fp)
+		i = (i + 1) & (g->tcap - 1);
+	return i;
+}
+
+/* Backward-shift deletion keeps linear probing free of tombstones. */
+static void ghost_del_slot(struct kvfs_pghost *g, size_t i)
+{
+	size_t j = i;
+
+	g->tfp[i] = 0;
+	g->tn--;
+	for (;;) {
+		size_t home;
+
+		j = (j + 1) & (g->tcap - 1);
+		if (!g->tfp[j])
+			return;
+		home = (size_t)(g->tfp[j] * 0x9e3779b97f4a7c15ULL) &
+		       (g->tcap - 1);
+		if (((j - home) & (g->tcap - 1)) >=
+		    ((j - i) & (g->tcap - 1))) {
+			g->tfp[i] = g->tfp[j];
+			g->tseq[i] = g->tseq[j];
+			g->tfp[j] = 0;
+			i = j;
+		}
+	}
+}
+
+int kvfs_pghost_init(struct kvfs_pghost *g, uint64_t cap)
+{
+	memset(g, 0, sizeof(*g));
+	g->cap = cap;
+	g->rcap = 64;
+	g->tcap = 128;
+	g->seq = 1;
+	g->ring = calloc(g->rcap, sizeof(*g->ring));
+	g->tfp = calloc(g->tcap, sizeof(*g->tfp));
+	g->tseq = calloc(g->tcap, sizeof(*g->tseq));
+	if (!g->ring || !g->tfp || !g->tseq) {
+		kvfs_pghost_release(g);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void kvfs_pghost_release(struct kvfs_pghost *g)
+{
+	free(g->ring);
+	free(g->tfp);
+	free(g->tseq);
+	g->ring = NULL;
+	g->tfp = g->tseq = NULL;
+	g->n = g->tn = 0;
+}
+
+/* Is ring entry @e the newest sighting of its key? */
+static bool ghost_live(const struct kvfs_pghost *g,
+		       const struct kvfs_pghost_ent *e)
+{
+	size_t i = ghost_slot(g, e->fp);
+
+	return g->tfp[i] && g->tseq[i] == e->seq;
+}
+
+static void ghost_pop(struct kvfs_pghost *g)
+{
+	struct kvfs_pghost_ent *e = &g->ring[g->head];
+	size_t i = ghost_slot(g, e->fp);
+
+	if (g->tfp[i] && g->tseq[i] == e->seq) {
+		ghost_del_slot(g, i);
+		g->size -= e->size;
+	}
+	g->head = (g->head + 1) & (g->rcap - 1);
+	g->n--;
+}
+
+static int ghost_grow(struct kvfs_pghost *g)
+{
+	if (g->n == g->rcap) {
+		struct kvfs_pghost_ent *r =
+			malloc(2 * g->rcap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		for (size_t k = 0; k < g->n; k++)
+			r[k] = g->ring[(g->head + k) & (g->rcap - 1)];
+		free(g->ring);
+		g->ring = r;
+		g->head = 0;
+		g->rcap *= 2;
+	}
+	if (2 * (g->tn + 1) > g->tcap) {
+		struct kvfs_pghost ng = *g;
+
+		ng.tcap = 2 * g->tcap;
+		ng.tfp = calloc(ng.tcap, sizeof(*ng.tfp));
+		ng.tseq = calloc(ng.tcap, sizeof(*ng.tseq));
+		if (!ng.tfp || !ng.tseq) {
+			free(ng.tfp);
+			free(ng.tseq);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < g->tcap; i++) {
+			size_t j;
+
+			if (!g->tfp[i])
+				continue;
+			j = ghost_slot(&ng, g->tfp[i]);
+			ng.tfp[j] = g->tfp[i];
+			ng.tseq[j] = g->tseq[i];
+		}
+		free(g->tfp);
+		free(g->tseq);
+		g->tfp = ng.tfp;
+		g->tseq = ng.tseq;
+		g->tcap = ng.tcap;
+	}
+	return 0;
+}
+
+int kvfs_pghost_add(struct kvfs_pghost *g, const uint8_t key[16],
+		    uint64_t size)
+{
+	uint64_t fp = ghost_fp(key);
+	struct kvfs_pghost_ent *e;
+	size_t i;
+
+	if (!g->cap || size > g->cap)
+		return 0;
+	kvfs_pghost_take(g, key);
+	/* Entries made stale by take() still occupy the ring: drop them
+	 * from the head so it holds about as many entries as live ones.
+	 */
+	while (g->n && !ghost_live(g, &g->ring[g->head]))
+		ghost_pop(g);
+	while (g->n && g->size + size > g->cap)
+		ghost_pop(g);
+	if (ghost_grow(g))
+		return -ENOMEM;
+	e = &g->ring[(g->head + g->n) & (g->rcap - 1)];
+	e->fp = fp;
+	e->size = size;
+	e->seq = g->seq++;
+	g->n++;
+	i = ghost_slot(g, fp);
+	g->tfp[i] = fp;
+	g->tseq[i] = e->seq;
+	g->tn++;
+	g->size += size;
+	return 0;
+}
+
+bool kvfs_pghost_take(struct kvfs_pghost *g, const uint8_t key[16])
+{
+	uint64_t fp = ghost_fp(key);
+	size_t i;
+
+	if (!g->tfp)
+		return false;
+	i = ghost_slot(g, fp);
+	if (!g->tfp[i])
+		return false;
+	/* Sequence numbers are consecutive along the ring. */
+	g->size -= g->ring[(g->head + (g->tseq[i] - g->ring[g->head].seq)) &
+			   (g->rcap - 1)].size;
+	ghost_del_slot(g, i);
+	return true;
 }

@@ -33,7 +33,8 @@ struct opts {
 	uint64_t capacity;
 	double capacity_pct;
 	uint64_t tier[KVFS_NTIERS];
-	bool multi, json, sweep;
+	bool multi, json, sweep, tables;
+	const char *table_pcts;
 	unsigned fleet;          /* hosts; 0 = not fleet mode */
 	int route;               /* enum kvfs_fleet_route; -1 = both */
 	const char *fleet_pcts;
@@ -76,6 +77,10 @@ static void usage(FILE *f)
 "  --model-params N      parameters (8.03e9)\n"
 "  --layers N --hidden N --kv-heads N --head-dim N --dtype-bytes N\n"
 "                        (32, 4096, 8, 128, 2)\n"
+"  --tables              markdown tables of hit ratio and mean TTFT, every\n"
+"                        policy (or the --policy list) by capacity; with\n"
+"                        --fleet, the private-cache (rr) hit ratio\n"
+"  --table-pcts LIST     capacities, %% of unique blocks (1,2,5,10)\n"
 "fleet (several hosts, one shared tier; docs/remote.md):\n"
 "  --fleet N             N hosts: private caches of X%% of the unique\n"
 "                        blocks each, against a shared tier of N times X%%\n"
@@ -90,7 +95,7 @@ enum {
 	O_POLICY, O_OPT, O_CAP, O_CAPPCT, O_GPU, O_DRAM, O_SSD, O_PEVERY,
 	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
 	O_SSDBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
-	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT,
+	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT, O_TABLES, O_TABLEPCT,
 };
 
 static const struct option longopts[] = {
@@ -128,6 +133,8 @@ static const struct option longopts[] = {
 	{ "fleet", required_argument, NULL, O_FLEET },
 	{ "route", required_argument, NULL, O_ROUTE },
 	{ "fleet-pcts", required_argument, NULL, O_FLEETPCT },
+	{ "tables", no_argument, NULL, O_TABLES },
+	{ "table-pcts", required_argument, NULL, O_TABLEPCT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -297,6 +304,8 @@ static int parse_args(struct opts *o, int argc, char **argv)
 			}
 			break;
 		case O_FLEETPCT: o->fleet_pcts = optarg; break;
+		case O_TABLES: o->tables = true; break;
+		case O_TABLEPCT: o->table_pcts = optarg; break;
 		case 'h': case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
 		}
@@ -629,6 +638,107 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 	return 0;
 }
 
+/*
+ * The comparison tables: hit ratio and mean modeled TTFT of each policy
+ * at each capacity (single tier), or the hit ratio of private caches
+ * routed round-robin (fleet).  The best online policy of a column (not
+ * belady) is in bold.
+ */
+static int tables(const struct opts *o, struct kvfs_sim *s,
+		  const char *const *pol, unsigned npol)
+{
+	const char *p = o->table_pcts ? o->table_pcts : "1,2,5,10";
+	uint64_t uniq = kvfs_sim_unique_blocks(s);
+	double pct[MAX_POINTS], v[2][MAX_POLICIES][MAX_POINTS];
+	unsigned np = 0;
+
+	while (*p && np < MAX_POINTS) {
+		char *end;
+
+		pct[np] = strtod(p, &end);
+		if (end == p || pct[np] <= 0 || pct[np] > 100 ||
+		    (*end && *end != ',')) {
+			kvfs_err("kvfs-sim: bad --table-pcts '%s'", p);
+			return -EINVAL;
+		}
+		p = *end ? end + 1 : end;
+		np++;
+	}
+	for (unsigned i = 0; i < npol; i++) {
+		const char *keys[MAX_OPTS], *vals[MAX_OPTS];
+		size_t nopts = policy_opts(o, pol[i], keys, vals);
+
+		for (unsigned k = 0; k < np; k++) {
+			uint64_t cap[KVFS_NTIERS] = { 0 };
+			struct kvfs_sim_stats st;
+			int ret;
+
+			cap[KVFS_TIER_GPU] =
+				(uint64_t)llround(pct[k] * (double)uniq / 100.0);
+			if (!cap[KVFS_TIER_GPU])
+				cap[KVFS_TIER_GPU] = 1;
+			if (o->fleet) {
+				struct kvfs_fleet_conf c = {
+					.policy = pol[i], .keys = keys,
+					.vals = vals, .nopts = nopts,
+					.hosts = o->fleet,
+					.route = o->route >= 0 ? o->route :
+								 KVFS_FLEET_RR,
+					.host_cap = cap[KVFS_TIER_GPU],
+				};
+				struct kvfs_fleet_stats fs;
+
+				ret = kvfs_sim_fleet_run(s, &c, &fs);
+				v[0][i][k] = ratio(fs.hit_blocks,
+						   fs.block_accesses);
+				v[1][i][k] = 0;
+			} else {
+				ret = run_one(o, s, pol[i], cap, &st);
+				v[0][i][k] = ratio(st.hit_blocks,
+						   st.block_accesses);
+				v[1][i][k] = st.requests ? 1e3 * st.ttft_s /
+							   (double)st.requests :
+							   0;
+			}
+			if (ret) {
+				kvfs_err("kvfs-sim: policy %s failed (%d)",
+					 pol[i], ret);
+				return ret;
+			}
+		}
+	}
+	for (int m = 0; m < (o->fleet ? 1 : 2); m++) {
+		printf("\n%s\n\n| policy |", m ? "mean TTFT, ms (lower is better)" :
+				    o->fleet ? "block hit ratio, private caches" :
+					       "block hit ratio");
+		for (unsigned k = 0; k < np; k++)
+			printf(" %g%% |", pct[k]);
+		printf("\n| --- |");
+		for (unsigned k = 0; k < np; k++)
+			printf(" ---: |");
+		printf("\n");
+		for (unsigned i = 0; i < npol; i++) {
+			printf("| %s |", pol[i]);
+			for (unsigned k = 0; k < np; k++) {
+				bool best = strcmp(pol[i], "belady") != 0;
+
+				for (unsigned j = 0; j < npol && best; j++) {
+					double a = v[m][i][k], b = v[m][j][k];
+
+					if (j == i || !strcmp(pol[j], "belady"))
+						continue;
+					if (m ? b < a : b > a)
+						best = false;
+				}
+				printf(best ? " **%.4f** |" : " %.4f |",
+				       m ? v[m][i][k] : v[m][i][k]);
+			}
+			printf("\n");
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = { .route = -1 };
@@ -687,6 +797,10 @@ int main(int argc, char **argv)
 	}
 	if (o.sweep) {
 		ret = sweep(&o, s, pol, npol);
+		goto out_sim;
+	}
+	if (o.tables) {
+		ret = tables(&o, s, pol, npol);
 		goto out_sim;
 	}
 	if (o.fleet) {

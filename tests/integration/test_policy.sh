@@ -61,12 +61,27 @@ t_check "hotprefix: discarded blocks are gone from the namespace ($left = 38 - $
 t_check "hotprefix: what remains reads back intact" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 kvfs_unmount
 
+# kvfs's own policy: the blocks read twice were seen twice (main); the
+# scan's blocks are first sights (probation), evicted first, and kept on
+# the SSD (admitted: they are full blocks with a live parent).
+scenario kvfs 2
+kv_kept=$(hot_in_dram)
+t_check "kvfs: the re-used blocks survived the scan in DRAM ($kv_kept of 8)" test "$kv_kept" -ge 7
+t_check "kvfs: stats name the policy" test "$(awk '$1 == "policy.name" { print $2 }' "$MNT/.kvfs/stats")" = kvfs
+t_check "kvfs: DRAM evictions happened" test "$(kvfs_stat tier.dram.evictions)" -ge 20
+t_check "kvfs: nothing discarded" test "$(kvfs_stat policy.discarded)" -eq 0
+t_check "kvfs: every block still reads back" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
+kvfs_unmount
+
 # A bad policy option is refused at start, naming it.
 rm -rf "$STORE"
 kvfs_mkfs 64M
 kvfs_conf 480K "hotprefix
 threshold = lots"
 t_errno "bad policy option refused at mount" "Invalid argument\|threshold" "$BIN/kvfs" -f "$STORE" "$MNT"
+kvfs_conf 480K "kvfs
+window = 0"
+t_errno "bad kvfs option refused at mount" "Invalid argument\|window" "$BIN/kvfs" -f "$STORE" "$MNT"
 kvfs_conf 480K nosuchpolicy
 t_errno "unknown policy refused at mount" "No such file\|nosuchpolicy\|unknown" "$BIN/kvfs" -f "$STORE" "$MNT"
 t_done

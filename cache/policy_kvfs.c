@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvfs: kvfs's own policy for prefix KV caches (docs/policies.md, "kvfs").
+ *
+ * What a prefix cache knows and a CDN cache does not, and how it is used:
+ *  - Admission on second sight.  A sketch of sightings (struct
+ *    kvfs_psketch, keyed by the block key, halved every `window` x the
+ *    cache's capacity in blocks) remembers every block the cache has seen,
+ *    resident or not, in a fixed size.  A block filled from nowhere whose
+ *    key was seen before enters main; a first sight enters probation,
+ *    which is evicted first.  In a single tier, where a miss is always
+ *    cached, probation is how a first sight is "not admitted": it holds
+ *    the block until the next request needs room.
+ *  - The request's tail.  The last block of a prompt is usually partial
+ *    (fewer tokens than the largest block seen); the next turn extends it
+ *    into a different block, so a first-sight partial block is the first
+ *    to go (its own list), and is refused by a full lower tier.
+ *  - The prefix tree.  A child of an evicted parent is dead weight: a
+ *    victim is taken from the head of its list even when it has resident
+ *    children, and in the last tier the caller drops them with it, so a
+ *    cold prefix leaves whole instead of being trimmed block by block
+ *    (`leaf` = 1 restores the leaf-only rule of the other policies).  A
+ *    block whose parent is resident nowhere is never admitted into a
+ *    lower tier.  Shared system prompts need no rule of their own: every
+ *    request through them touches them, so they stay hot in main.
+ *  - Main is a CLOCK (a hit while resident buys one more pass, up to 3)
+ *    over blocks seen at least twice; blocks of one request share an
+ *    order stamp, deepest first.  `prob` (per mille) keeps a share of a
+ *    tier for probation; the default 0 always evicts probation first.
+ *
+ * Options (for the ablation; the defaults are the one configuration used
+ * for every trace and size): window (default 8), prob (0), ghost (1),
+ * tail (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
+ * passes a returning block gets from its sketch count).
+ * Deterministic: no randomness; the same calls give the same victims.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/policy.h"
+#include "cache/policy_i.h"
+#include "meta/log.h"
+
+enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
+
+#define KV_WINDOW 8 /* sketch horizon, in capacities */
+#define KV_PROB_SHARE 0 /* per mille of a tier kept for probation */
+
+struct kv_tier {
+	struct kvfs_plist l[4]; /* indexed by KV_*; [0] unused */
+};
+
+struct kv_priv {
+	struct kv_tier t[KVFS_NTIERS];
+	struct kvfs_pclock clock;
+	struct kvfs_psketch sk;
+	uint32_t maxtok; /* largest block seen, in tokens */
+	uint64_t ins, insz; /* fills from nowhere and their total size */
+	/* options */
+	uint32_t window, prob; /* 0: the default */
+	uint32_t credit; /* most CLOCK credit from history */
+	bool prob_set;
+	bool ghost, tail; /* set by init from the no_* below */
+	bool no_ghost, no_tail, leaf, lru;
+};
+
+static bool kv_dead(const struct kvfs_pnode *n)
+{
+	return n->parent && !n->parent->tiers;
+}
+
+/* The list a block enters @tier on, seen @seen times before. */
+static int kv_class(struct kv_priv *f, const struct kvfs_pnode *n,
+		    uint32_t seen)
+{
+	if (!f->ghost || seen >= 1)
+		return KV_MAIN;
+	if (f->tail && n->tokens < f->maxtok)
+		return KV_TAIL;
+	return KV_PROB;
+}
+
+/* Blocks the sketch should span: `window` x the capacity in blocks. */
+static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
+{
+	uint64_t cap = 0, avg = f->ins ? f->insz / f->ins : 1;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		cap += p->capacity[t];
+	cap /= avg ? avg : 1;
+	f->sk.sample = (uint64_t)f->window * (cap ? cap : 1);
+}
+
+static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
+		      const struct kvfs_paccess *a)
+{
+	struct kv_priv *f = p->priv;
+	uint32_t credit = 0;
+	int cls;
+
+	if (n->tiers == (1u << tier)) {
+		/* From nowhere: a miss being filled or a new write. */
+		uint32_t seen = kvfs_psketch_get(&f->sk, n->key);
+
+		if (n->tokens > f->maxtok)
+			f->maxtok = n->tokens;
+		if (f->ins < (1u << 20)) {
+			f->ins++;
+			f->insz += n->size;
+			kv_horizon(p, f);
+		}
+		kvfs_psketch_add(&f->sk, n->key);
+		cls = kv_class(f, n, seen);
+		/* A returning block's history seeds its CLOCK count. */
+		credit = seen > f->credit ? f->credit : seen;
+	} else {
+		/* A move keeps the class it had in the tier it leaves. */
+		cls = KV_PROB;
+		for (int t = 0; t < KVFS_NTIERS; t++)
+			if (t != tier && (n->tiers & (1u << t)) &&
+			    n->t[t].list > 0)
+				cls = n->t[t].list;
+	}
+	n->t[tier].list = (uint8_t)cls;
+	n->t[tier].idx = cls == KV_MAIN ? credit : 0;
+	kvfs_plist_place(&f->t[tier].l[cls], n, tier,
+			 kvfs_pclock_stamp(&f->clock, a));
+}
+
+static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
+		      size_t n, const struct kvfs_paccess *a)
+{
+	struct kv_priv *f = p->priv;
+	uint64_t st = kvfs_pclock_stamp(&f->clock, a);
+
+	/* Deepest first: each lands at the tail of the newest segment. */
+	for (size_t i = n; i-- > 0;) {
+		struct kvfs_pnode *x = path[i];
+
+		kvfs_psketch_add(&f->sk, x->key);
+		for (int t = 0; t < KVFS_NTIERS; t++) {
+			struct kv_tier *q = &f->t[t];
+
+			if (!(x->tiers & (1u << t)))
+				continue;
+			if (!f->lru && x->t[t].list == KV_MAIN) {
+				if (x->t[t].idx < 3 + f->credit)
+					x->t[t].idx++;
+				continue;
+			}
+			x->t[t].idx = 0;
+			kvfs_plist_unlink(&q->l[x->t[t].list], x, t);
+			x->t[t].list = KV_MAIN;
+			kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
+		}
+	}
+}
+
+static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
+{
+	struct kv_priv *f = p->priv;
+
+	kvfs_plist_unlink(&f->t[tier].l[n->t[tier].list], n, tier);
+	n->t[tier].list = 0;
+}
+
+/* The first block of @l that passes @ok (a leaf or a dead block, with
+ * `leaf`).
+ */
+static struct kvfs_pnode *kv_scan(struct kv_priv *f, struct kvfs_plist *l,
+				  int tier, kvfs_policy_ok_fn ok, void *arg)
+{
+	for (struct kvfs_pnode *x = l->head; x; x = x->t[tier].next) {
+		if (f->leaf && x->children[tier] && !kv_dead(x))
+			continue;
+		if (ok(x, arg))
+			return x;
+	}
+	return NULL;
+}
+
+/* Main as a CLOCK: a block hit since the hand last passed is moved to
+ * the tail with its count lowered; the first candidate with none goes.
+ */
+static struct kvfs_pnode *kv_clock(struct kv_priv *f, struct kvfs_plist *l,
+				   int tier, kvfs_policy_ok_fn ok, void *arg)
+{
+	uint64_t budget = 4 * l->count + 4;
+	struct kvfs_pnode *x = l->head, *nx;
+
+	for (; x && budget; x = nx, budget--) {
+		nx = x->t[tier].next;
+		if (x->t[tier].idx && !kv_dead(x)) {
+			x->t[tier].idx--;
+			kvfs_plist_unlink(l, x, tier);
+			kvfs_plist_place(l, x, tier,
+					 kvfs_pclock_stamp(&f->clock, NULL));
+			if (!nx)
+				nx = l->head;
+			continue;
+		}
+		if (f->leaf && x->children[tier] && !kv_dead(x))
+			continue;
+		if (ok(x, arg))
+			return x;
+	}
+	return kv_scan(f, l, tier, ok, arg);
+}
+
+static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
+				    kvfs_policy_ok_fn ok, void *arg)
+{
+	struct kv_priv *f = p->priv;
+	struct kv_tier *q = &f->t[tier];
+	uint64_t keep = p->capacity[tier] / 1000 * f->prob;
+	struct kvfs_pnode *x;
+
+	if (q->l[KV_TAIL].size + q->l[KV_PROB].size > keep ||
+	    !q->l[KV_MAIN].count) {
+		x = kv_scan(f, &q->l[KV_TAIL], tier, ok, arg);
+		if (!x)
+			x = kv_scan(f, &q->l[KV_PROB], tier, ok, arg);
+		if (x)
+			return x;
+	}
+	x = f->lru ? kv_scan(f, &q->l[KV_MAIN], tier, ok, arg) :
+		     kv_clock(f, &q->l[KV_MAIN], tier, ok, arg);
+	if (!x)
+		x = kv_scan(f, &q->l[KV_TAIL], tier, ok, arg);
+	if (!x)
+		x = kv_scan(f, &q->l[KV_PROB], tier, ok, arg);
+	for (int c = KV_TAIL; !x && c <= KV_MAIN; c++)
+		x = kvfs_plist_first(&q->l[c], tier, ok, arg, false, 0);
+	return x;
+}
+
+static bool kv_admit(struct kvfs_policy *p, int from, int to,
+		     struct kvfs_pnode *n)
+{
+	if (kv_dead(n))
+		return false;
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		if (n->children[t])
+			return true;
+	if (p->used[to] + n->size <= p->capacity[to])
+		return true;
+	return n->t[from].list != KV_TAIL;
+}
+
+static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
+{
+	struct kv_priv *f = p->priv;
+	unsigned long v;
+	char *end;
+
+	v = strtoul(val, &end, 10);
+	if (end == val || *end || *val == '-' || v > 1000000) {
+		kvfs_err("kvfs: %s wants a number, got '%s'", key, val);
+		return -EINVAL;
+	}
+	if (!strcmp(key, "window") && v >= 1) {
+		f->window = (uint32_t)v;
+	} else if (!strcmp(key, "prob") && v <= 1000) {
+		f->prob = (uint32_t)v;
+		f->prob_set = true;
+	} else if (!strcmp(key, "ghost") && v <= 1) {
+		f->no_ghost = !v;
+	} else if (!strcmp(key, "tail") && v <= 1) {
+		f->no_tail = !v;
+	} else if (!strcmp(key, "credit") && v <= 15) {
+		f->credit = (uint32_t)v;
+	} else if (!strcmp(key, "lru") && v <= 1) {
+		f->lru = v;
+	} else if (!strcmp(key, "leaf") && v <= 1) {
+		f->leaf = v;
+	} else {
+		kvfs_err("kvfs: unknown option or bad value %s = %s", key, val);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Options not set keep their defaults (set() runs first, on zeroes). */
+static int kv_init(struct kvfs_policy *p)
+{
+	struct kv_priv *f = p->priv;
+	uint64_t cap = 0, w = 1024;
+
+	if (!f->window)
+		f->window = KV_WINDOW;
+	if (!f->prob_set)
+		f->prob = KV_PROB_SHARE;
+	f->ghost = !f->no_ghost;
+	f->tail = !f->no_tail;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		cap += p->capacity[t];
+	/* Enough counters for the horizon when capacities are in blocks;
+	 * in bytes the horizon is far fewer blocks than the count.
+	 */
+	while (w < (1u << 20) && w < cap * f->window / 2)
+		w <<= 1;
+	return kvfs_psketch_init(&f->sk, (uint32_t)w,
+				 (uint64_t)f->window * (cap ? cap : 1));
+}
+
+static void kv_release(struct kvfs_policy *p)
+{
+	struct kv_priv *f = p->priv;
+
+	kvfs_psketch_release(&f->sk);
+}
+
+const struct kvfs_policy_ops kvfs_policy_kvfs_ops = {
+	.name = "kvfs",
+	.priv_size = sizeof(struct kv_priv),
+	.set = kv_set,
+	.init = kv_init,
+	.release = kv_release,
+	.insert = kv_insert,
+	.access = kv_access,
+	.remove = kv_remove,
+	.victim = kv_victim,
+	.admit = kv_admit,
+};

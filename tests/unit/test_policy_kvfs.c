@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
+ * second sight, the request's tail, dead weight, and the CLOCK of main,
+ * each on a small hand-made sequence.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cache/policy.h"
+#include "cache/policy_i.h"
+
+#define GPU KVFS_TIER_GPU
+#define DRAM KVFS_TIER_DRAM
+
+static void mknode(struct kvfs_pnode *n, uint64_t id, struct kvfs_pnode *par,
+		   uint32_t tokens)
+{
+	memset(n, 0, sizeof(*n));
+	memcpy(n->key, &id, sizeof(id));
+	n->parent = par;
+	n->depth = par ? par->depth + 1 : 0;
+	n->tokens = tokens;
+	n->size = 1;
+	n->next_use = UINT64_MAX;
+}
+
+static struct kvfs_policy *mk(uint64_t gpu, uint64_t dram)
+{
+	uint64_t cap[KVFS_NTIERS] = { gpu, dram, 0 };
+	struct kvfs_policy *p = NULL;
+
+	assert_int_equal(kvfs_policy_new("kvfs", NULL, NULL, 0, cap, &p), 0);
+	return p;
+}
+
+static void ins(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
+		uint64_t r)
+{
+	struct kvfs_paccess a = { .now = r, .request = r };
+
+	kvfs_policy_insert(p, tier, n, &a);
+}
+
+static struct kvfs_pnode *evict(struct kvfs_policy *p, int tier)
+{
+	struct kvfs_pnode *v = kvfs_policy_victim(p, tier, NULL, NULL);
+
+	if (v)
+		kvfs_policy_remove(p, tier, v);
+	return v;
+}
+
+/* A block seen before (though evicted since) outlives newer first
+ * sights: they are evicted first, oldest first.  That is a scan of new
+ * blocks flushing nothing seen twice.
+ */
+static void test_second_sight(void **state)
+{
+	struct kvfs_policy *p = mk(4, 0);
+	struct kvfs_pnode a, b, c, d;
+
+	mknode(&a, 1, NULL, 16);
+	mknode(&b, 2, NULL, 16);
+	mknode(&c, 3, NULL, 16);
+	mknode(&d, 4, NULL, 16);
+	ins(p, GPU, &a, 1);
+	kvfs_policy_forget(p, &a); /* gone, but remembered */
+	ins(p, GPU, &a, 2); /* second sight: main */
+	ins(p, GPU, &b, 3);
+	ins(p, GPU, &c, 4);
+	ins(p, GPU, &d, 5);
+	assert_ptr_equal(evict(p, GPU), &b);
+	assert_ptr_equal(evict(p, GPU), &c);
+	assert_ptr_equal(evict(p, GPU), &d);
+	assert_ptr_equal(evict(p, GPU), &a);
+	kvfs_policy_free(p);
+}
+
+/* A first-sight partial block (the tail of a prompt) goes before full
+ * first sights, though it is newer; seen twice it is like any other.
+ */
+static void test_tail(void **state)
+{
+	struct kvfs_policy *p = mk(4, 0);
+	struct kvfs_pnode x, y, t;
+
+	mknode(&x, 10, NULL, 16);
+	mknode(&y, 11, NULL, 16);
+	mknode(&t, 12, &y, 5);
+	ins(p, GPU, &x, 1);
+	ins(p, GPU, &y, 2);
+	ins(p, GPU, &t, 2);
+	assert_ptr_equal(evict(p, GPU), &t);
+	assert_ptr_equal(evict(p, GPU), &x);
+	ins(p, GPU, &t, 3); /* second sight: main, so y goes first */
+	assert_ptr_equal(evict(p, GPU), &y);
+	kvfs_policy_free(p);
+}
+
+/* Main is a CLOCK: a hit buys one more pass; hits move nothing. */
+static void test_main_clock(void **state)
+{
+	struct kvfs_policy *p = mk(4, 0);
+	struct kvfs_pnode a, b;
+	struct kvfs_pnode *path[1] = { &a };
+	struct kvfs_paccess acc = { .now = 9, .request = 9, .hit = true };
+
+	mknode(&a, 20, NULL, 16);
+	mknode(&b, 21, NULL, 16);
+	ins(p, GPU, &a, 1);
+	ins(p, GPU, &b, 2);
+	kvfs_policy_access(p, path, 1, &acc); /* a: main, no credit yet */
+	path[0] = &b;
+	kvfs_policy_access(p, path, 1, &acc); /* b: main */
+	path[0] = &a;
+	kvfs_policy_access(p, path, 1, &acc); /* a: one credit */
+	assert_ptr_equal(evict(p, GPU), &b);
+	assert_ptr_equal(evict(p, GPU), &a);
+	kvfs_policy_free(p);
+}
+
+/* Dead weight: a block whose parent is resident nowhere is never
+ * admitted below; with its parent resident it is.
+ */
+static void test_dead_weight(void **state)
+{
+	struct kvfs_policy *p = mk(1, 1);
+	struct kvfs_pnode par, ch, other;
+
+	mknode(&par, 30, NULL, 16);
+	mknode(&ch, 31, &par, 16);
+	mknode(&other, 32, NULL, 16);
+	ins(p, DRAM, &par, 1);
+	ins(p, GPU, &ch, 1);
+	assert_true(kvfs_policy_admit(p, GPU, DRAM, &ch));
+	kvfs_policy_remove(p, DRAM, &par);
+	assert_false(kvfs_policy_admit(p, GPU, DRAM, &ch));
+	/* A full lower tier refuses a first-sight tail, not a full block. */
+	ins(p, DRAM, &other, 2);
+	ch.parent = NULL;
+	assert_true(kvfs_policy_admit(p, GPU, DRAM, &ch));
+	kvfs_policy_free(p);
+}
+
+static bool not_arg(struct kvfs_pnode *x, void *arg)
+{
+	return x != arg;
+}
+
+/* The caller's filter (pins, leases, readers) is honoured in every list;
+ * with nothing allowed, no victim.
+ */
+static void test_filter(void **state)
+{
+	struct kvfs_policy *p = mk(4, 0);
+	struct kvfs_pnode a, b;
+
+	mknode(&a, 40, NULL, 16);
+	mknode(&b, 41, NULL, 16);
+	ins(p, GPU, &a, 1);
+	ins(p, GPU, &b, 2);
+	assert_ptr_equal(kvfs_policy_victim(p, GPU, not_arg, &a), &b);
+	kvfs_policy_remove(p, GPU, &b);
+	assert_null(kvfs_policy_victim(p, GPU, not_arg, &a));
+	kvfs_policy_free(p);
+}
+
+static void test_options(void **state)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k1[] = { "window" }, *v1[] = { "0" };
+	const char *k2[] = { "nope" }, *v2[] = { "1" };
+	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
+	const char *v3[] = { "0", "0", "1", "100", "32" };
+	struct kvfs_policy *p = NULL;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k1, v1, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k2, v2, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k3, v3, 5, cap, &p), 0);
+	kvfs_policy_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_second_sight),
+		cmocka_unit_test(test_tail),
+		cmocka_unit_test(test_main_clock),
+		cmocka_unit_test(test_dead_weight),
+		cmocka_unit_test(test_filter),
+		cmocka_unit_test(test_options),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
