@@ -26,7 +26,7 @@ WERROR ?= 0
 DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
 	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
-	python3 libhiredis-dev redis-server redis-tools
+	python3 libhiredis-dev redis-server redis-tools rsync
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \

@@ -188,6 +188,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 		snprintf(r->name, sizeof(r->name), "%s", cn->name);
 		snprintf(r->salt, sizeof(r->salt), "%s", cn->salt);
 		kvfs_fmt_root_key(r->name, r->salt, r->root);
+		r->created = kvfs_util_now_real();
 		rc = kvfs_meta_ns_put(t, r);
 		if (rc)
 			goto out_abort;
@@ -210,6 +211,10 @@ static int setup_namespaces(struct kvfs_cache *c)
 		struct kvfs_ns *ns = &c->ns[i];
 
 		ns->c = c;
+		/* Records written before they kept a time: the store's. */
+		ns->created = ns->rec.created ? ns->rec.created :
+						sb.created * 1000000000ull;
+		atomic_init(&ns->changed, ns->created);
 		geom_from_rec(&ns->rec, &ns->geom);
 		ns->ino = KVFS_INO_NS_BASE + ns->rec.id;
 		ns->max_file = kvfs_fmt_max_file_size(&ns->geom);
