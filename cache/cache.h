@@ -301,13 +301,14 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
 /*
  * kvfs_cache_set_delete_hook() - be told when the engine itself deletes a
  * block (eviction from the SSD, a discard, EVICT through ctl), so that the
- * kernel's cached name can be invalidated. @fn is called from engine
- * threads with no engine lock held and must not block on a FUSE request.
+ * kernel's cached attributes of inode @ino (named @name in directory
+ * @dir_ino) can be invalidated. @fn is called from engine threads with no
+ * engine lock held and must not block on a FUSE request.
  * Deletions by unlink are not reported: the kernel already knows.
  */
 void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
 				void (*fn)(void *arg, uint64_t dir_ino,
-					   const char *name),
+					   uint64_t ino, const char *name),
 				void *arg);
 
 /* Run one write-back pass now and wait for it (tests). */

@@ -314,7 +314,8 @@ struct kvfs_cache {
 	unsigned bg_jobs;         /* c->bg_lock: detached jobs running */
 
 	/* set once before the mount serves requests */
-	void (*delete_hook)(void *arg, uint64_t dir_ino, const char *name);
+	void (*delete_hook)(void *arg, uint64_t dir_ino, uint64_t ino,
+			    const char *name);
 	void *delete_hook_arg;
 
 	/* engine counters (atomic) */

@@ -588,6 +588,13 @@ static int open_gpu(struct kvfs_cache *c)
 	char name[64];
 	int rc;
 
+	/* Whatever the backend now: a daemon of this store killed with -9
+	 * left its pool behind, and only a start of the store knows it.
+	 */
+	snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x",
+		 c->store->sb.uuid[0], c->store->sb.uuid[1],
+		 c->store->sb.uuid[2], c->store->sb.uuid[3]);
+	kvfs_gpu_shm_sweep(name);
 	switch (c->conf.gpu_backend) {
 	case KVFS_PARAMS_GPU_SHM:
 		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-%d-pool",

@@ -207,7 +207,11 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 		pending_stat(ino, size, st);
 		return 0;
 	}
-	return -ENOENT;
+	/* A block the engine deleted may still be named in the kernel's
+	 * cache (names are not invalidated: fs/kvfs_main.c): ESTALE makes
+	 * a path lookup ask for the name again.
+	 */
+	return ino >= KVFS_INO_BLOCK_BASE ? -ESTALE : -ENOENT;
 }
 
 /* ---------------------------------------------------------------- lookup */
@@ -528,6 +532,7 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_pending *fh_p;
 	struct kvfs_block *b;
+	uint64_t psize;
 	struct kvfs_fh *fh;
 	int rc;
 
@@ -574,6 +579,14 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	rc = kvfs_cache_get(fs->c, ino, &b);
+	if (rc && ino >= KVFS_INO_BLOCK_BASE &&
+	    kvfs_cache_pending_size(fs->c, ino, &psize)) {
+		/* Gone since the kernel cached its name: ESTALE makes open()
+		 * look the name up again (and create it, with O_CREAT).
+		 */
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
 	if (rc && (fi->flags & O_ACCMODE) != O_RDONLY &&
 	    kvfs_cache_temp_open(fs->c, ino, &fh_p) == 0) {
 		/* A temporary opened again to be (re)written. */

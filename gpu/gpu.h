@@ -178,6 +178,16 @@ int kvfs_gpu_shm_init(const char *name, uint64_t capacity, unsigned flags,
 		      struct kvfs_tier **out);
 
 /*
+ * kvfs_gpu_shm_sweep() - remove the pools "@prefix-<pid>-pool" in /dev/shm
+ * whose pid is dead: what daemons killed with -9 left (a clean exit
+ * unlinks its own).  A pid that is alive again (reused) keeps its object
+ * until a later sweep finds it dead.  Returns how many were removed
+ * (each logged); a missing /dev/shm is 0.  No locking: the caller holds
+ * the store that @prefix names.
+ */
+int kvfs_gpu_shm_sweep(const char *prefix);
+
+/*
  * kvfs_gpu_cuda_init() - a cudaMalloc pool of @capacity bytes on @device.
  * -ENODEV (logged with the CUDA error) when no device is visible or the
  * driver is missing; -EOPNOTSUPP in builds without the CUDA toolkit.

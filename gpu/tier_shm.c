@@ -10,8 +10,10 @@
  * out of /dev/shm is an init error rather than a SIGBUS on some later
  * copy.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -391,6 +393,43 @@ static const struct kvfs_gpu_ops shm_gpu_ops = {
 };
 
 /* ---- init ---- */
+
+int kvfs_gpu_shm_sweep(const char *prefix)
+{
+	const char *p = prefix[0] == '/' ? prefix + 1 : prefix;
+	size_t len = strlen(p);
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	d = opendir("/dev/shm");
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char name[sizeof(de->d_name) + 1], *end;
+		long pid;
+
+		if (strncmp(de->d_name, p, len) || de->d_name[len] != '-')
+			continue;
+		errno = 0;
+		pid = strtol(de->d_name + len + 1, &end, 10);
+		if (errno || end == de->d_name + len + 1 || pid <= 0 ||
+		    strcmp(end, "-pool") || pid == (long)getpid())
+			continue;
+		/* EPERM: alive, another user's; only ESRCH is dead. */
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(name, sizeof(name), "/%s", de->d_name);
+		if (shm_unlink(name) == 0) {
+			kvfs_info("shm: removed %s, the device pool of a dead "
+				  "daemon (pid %ld) of this store",
+				  name, pid);
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
+}
 
 /*
  * Create the object: @name itself, or with KVFS_GPU_PRIVATE @name plus a
