@@ -10,6 +10,8 @@
 #   make demo       build, make a store, mount, run a workload, unmount
 #   make bench      benchmarks (figures, no assertions)
 #   make deps       install missing Debian packages (needs root)
+#   make install    programs, libkvfs, kvfs.py, man pages, systemd units
+#                   into $(DESTDIR)$(PREFIX) (PREFIX=/usr/local)
 #   make V=1        show the commands
 #
 # CFLAGS/LDFLAGS are yours to set; the flags kvfs needs are added with
@@ -26,8 +28,8 @@ WERROR ?= 0
 DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
 	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
-	python3 libhiredis-dev redis-server redis-tools \
-	python3-torch
+	python3 libhiredis-dev redis-server redis-tools rsync \
+	python3-torch libsystemd-dev man-db groff-base
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
@@ -49,6 +51,12 @@ endif
 
 LIBS := -lfuse3 -llmdb -luring -linih -lcrypto -lisal -lxxhash \
 	-lopenblas -lhiredis -lm -lpthread
+# The daemon tells systemd it is ready (Type=notify) where libsystemd is.
+KVFS_SYSTEMD ?= $(shell pkg-config --exists libsystemd 2>/dev/null && echo 1)
+ifeq ($(KVFS_SYSTEMD),1)
+$(BUILD)/obj/fs/kvfs_main.o: override CFLAGS += -DKVFS_HAVE_SYSTEMD
+$(BUILD)/bin/kvfs: LIBS += -lsystemd
+endif
 TEST_LIBS := -lcmocka
 
 # CUDA: the device tier's cuda backend (gpu/tier_cuda.c) is built whenever
@@ -342,6 +350,49 @@ demo: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory CFLAGS="-O2 -g" all
 	$(Q)BUILD=$(BUILD) tests/bench/run.sh
+
+# ---- install ----
+# PREFIX for the programs, libkvfs and its header, the Python module and
+# the man pages; the mount helper goes where mount(8) looks (/sbin), the
+# unit where systemd does. DESTDIR stages it all (packaging, the tests).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
+MOUNTHELPERDIR ?= /sbin
+SYSTEMDUNITDIR ?= /lib/systemd/system
+KVFS_VERSION := 0.18
+INSTALL_PROGS := kvfs kvfsctl mkfs.kvfs kvfs-gen kvfs-sim $(if $(wildcard client/engine_main.c),kvfs-engine)
+MANPAGES := $(wildcard man/*.[0-9])
+SUBST = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@PREFIX@|$(PREFIX)|g' \
+	-e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	-e 's|@VERSION@|$(KVFS_VERSION)|g'
+
+.PHONY: install
+install: $(PROG_BINS) $(LIBKVFS)
+	$(call msg,INSTALL,$(DESTDIR)$(PREFIX))
+	$(Q)install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCLUDEDIR)/kvfs/meta $(DESTDIR)$(PKGCONFIGDIR) \
+		$(DESTDIR)$(PYTHONDIR) $(DESTDIR)$(MANDIR)/man3 \
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(MOUNTHELPERDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
+	$(Q)install -m 0755 $(INSTALL_PROGS:%=$(BUILD)/bin/%) $(DESTDIR)$(BINDIR)/
+	$(Q)install -m 0644 $(BUILD)/lib/libkvfs.a $(DESTDIR)$(LIBDIR)/
+	$(Q)install -m 0755 $(BUILD)/lib/libkvfs.so $(DESTDIR)$(LIBDIR)/libkvfs.so.1
+	$(Q)ln -sf libkvfs.so.1 $(DESTDIR)$(LIBDIR)/libkvfs.so
+	$(Q)install -m 0644 client/libkvfs.h $(DESTDIR)$(INCLUDEDIR)/kvfs/
+	$(Q)install -m 0644 meta/kvfs_ctl.h meta/fmt.h $(DESTDIR)$(INCLUDEDIR)/kvfs/meta/
+	$(Q)$(SUBST) dist/kvfs.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/kvfs.pc
+	$(Q)install -m 0644 client/kvfs.py $(DESTDIR)$(PYTHONDIR)/
+	$(Q)for m in $(MANPAGES); do \
+		install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/; done
+	$(Q)$(SUBST) dist/mount.kvfs.in >$(DESTDIR)$(MOUNTHELPERDIR)/mount.kvfs
+	$(Q)chmod 0755 $(DESTDIR)$(MOUNTHELPERDIR)/mount.kvfs
+	$(Q)ln -sf mount.kvfs $(DESTDIR)$(MOUNTHELPERDIR)/mount.fuse.kvfs
+	$(Q)$(SUBST) dist/kvfs@.service.in >$(DESTDIR)$(SYSTEMDUNITDIR)/kvfs@.service
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -17,7 +17,7 @@
 
 void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
 				void (*fn)(void *arg, uint64_t dir_ino,
-					   const char *name),
+					   uint64_t ino, const char *name),
 				void *arg)
 {
 	c->delete_hook = fn;

@@ -180,6 +180,68 @@ int kvfs_cache_commit(struct kvfs_cache *c, struct kvfs_pending *p,
 /* Drop a pending file without committing it. */
 void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p);
 
+/*
+ * Temporaries: a file in a namespace directory whose name is not a block
+ * name ("<32 hex>.kv"), as rsync and editors write before renaming
+ * (".NAME.XXXXXX").  It holds an uncommitted block in memory: never
+ * listed, never stored, gone at restart.  It outlives its handles (rsync
+ * closes before it renames) until it is renamed to its key, which commits
+ * it (kvfs_cache_commit()'s validation), or unlinked; one closed and left
+ * alone for KVFS_TEMP_TTL_S is dropped when the next temporary is made.
+ * All take c->pending_lock (below the engine's other locks).
+ */
+enum {
+	KVFS_TEMP_MAX = 256,   /* temporaries at once, all namespaces */
+	KVFS_TEMP_TTL_S = 600, /* a closed temporary's life if not renamed */
+};
+/* Start temporary @name in @ns and open it: *out is the handle's
+ * reference (kvfs_cache_write()/truncate() on it; kvfs_cache_temp_close()
+ * at release).  -EINVAL (a block name, "." or "..", or a '/'),
+ * -ENAMETOOLONG, -EEXIST (a temporary of that name exists), -ENOSPC
+ * (KVFS_TEMP_MAX of them), -ENOMEM.
+ */
+int kvfs_cache_temp_create(struct kvfs_cache *c, struct kvfs_ns *ns,
+			   const char *name, struct kvfs_pending **out);
+/* Open temporary with inode @ino again (writers only): *out as
+ * kvfs_cache_temp_create()'s.  -ENOENT (no such temporary).
+ */
+int kvfs_cache_temp_open(struct kvfs_cache *c, uint64_t ino,
+			 struct kvfs_pending **out);
+/* Drop a handle's reference (the file stays, named, until renamed,
+ * unlinked or expired). NULL is a no-op.
+ */
+void kvfs_cache_temp_close(struct kvfs_cache *c, struct kvfs_pending *p);
+/* True when @p is a temporary (a handle's pending file). */
+bool kvfs_pending_is_temp(const struct kvfs_pending *p);
+/* Inode and size of temporary @name in @ns: 0 or -ENOENT. */
+int kvfs_cache_temp_stat(struct kvfs_cache *c, struct kvfs_ns *ns,
+			 const char *name, uint64_t *ino, uint64_t *size);
+/* Remove temporary @name (freed once its last handle closes). -ENOENT. */
+int kvfs_cache_temp_unlink(struct kvfs_cache *c, struct kvfs_ns *ns,
+			   const char *name);
+/*
+ * kvfs_cache_temp_commit() - rename temporary @name in @ns to the block
+ * name @newname: the file gets that key and is committed as a close would
+ * commit it (the same validation; a file that fails it is dropped, as a
+ * failed close drops it).  On success *out gets a referenced block whose
+ * inode is the temporary's.  -ENOENT (no such temporary), -EINVAL
+ * (@newname is not a block name) or -EINVAL / -EBADMSG (the file is not
+ * a valid block of that key), -EBUSY (a handle still has it open),
+ * -EEXIST (the key is being written): with these the
+ * temporary stays.  Onto a committed block of the same key, a valid file
+ * is dropped and *out is that block (the key names the content: rsync -a
+ * run again renames over every block).  kvfs_cache_commit()'s later errors (its parent checks,
+ * -ENOSPC) drop it, as a failed close does.  Validates twice (here and in
+ * the commit): a rename is not the engines' write path.
+ */
+int kvfs_cache_temp_commit(struct kvfs_cache *c, struct kvfs_ns *ns,
+			   const char *name, const char *newname,
+			   struct kvfs_block **out);
+
+/* Creation and last change (a commit or deletion) of @ns, unix ns. */
+void kvfs_ns_times(const struct kvfs_ns *ns, uint64_t *created,
+		   uint64_t *changed);
+
 /* Wait until @b's data and record are durable. The write-back's error if
  * it failed for good (-ENOSPC: the SSD is full of pinned or open blocks, or
  * the metadata map is full; -EIO otherwise), -ENOENT if the block was
@@ -259,13 +321,14 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
 /*
  * kvfs_cache_set_delete_hook() - be told when the engine itself deletes a
  * block (eviction from the SSD, a discard, EVICT through ctl), so that the
- * kernel's cached name can be invalidated. @fn is called from engine
- * threads with no engine lock held and must not block on a FUSE request.
+ * kernel's cached attributes of inode @ino (named @name in directory
+ * @dir_ino) can be invalidated. @fn is called from engine threads with no
+ * engine lock held and must not block on a FUSE request.
  * Deletions by unlink are not reported: the kernel already knows.
  */
 void kvfs_cache_set_delete_hook(struct kvfs_cache *c,
 				void (*fn)(void *arg, uint64_t dir_ino,
-					   const char *name),
+					   uint64_t ino, const char *name),
 				void *arg);
 
 /* Run one write-back pass now and wait for it (tests). */

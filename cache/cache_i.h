@@ -109,6 +109,14 @@ struct kvfs_ns {
 	 * (its configured owner, else the mounting user's).
 	 */
 	uint32_t owner;
+	/* Unix ns: the record's creation time, or the store's for a record
+	 * written before namespaces kept one.  Immutable after open.
+	 */
+	uint64_t created;
+	/* Atomic, unix ns: the last commit or deletion in the namespace (its
+	 * creation until one): the directory's mtime and ctime.
+	 */
+	atomic_uint_least64_t changed;
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* ns->lock: committed, sorted by ino */
 	size_t n, cap;              /* ns->lock */
@@ -222,6 +230,16 @@ struct kvfs_pending {
 	uint8_t *buf;              /* p->lock */
 	uint64_t size, cap;        /* p->lock */
 	struct kvfs_pending *next; /* c->pending_lock */
+	/* A temporary (temp.c): its name, NULL for a file named by its key.
+	 * Set at create; cleared under c->pending_lock when a rename gives
+	 * the file its key.
+	 */
+	char *tname;
+	/* Temporaries only, c->pending_lock: the list's reference and one
+	 * per open handle; the last one frees the file.
+	 */
+	int trefs;
+	uint64_t tclosed;   /* c->pending_lock: mono ns of the last close */
 };
 
 struct kvfs_shard {
@@ -316,7 +334,8 @@ struct kvfs_cache {
 			   const void *img);
 
 	/* set once before the mount serves requests */
-	void (*delete_hook)(void *arg, uint64_t dir_ino, const char *name);
+	void (*delete_hook)(void *arg, uint64_t dir_ino, uint64_t ino,
+			    const char *name);
 	void *delete_hook_arg;
 
 	/* engine counters (atomic) */
@@ -399,10 +418,12 @@ static inline struct kvfs_block *kvfs_pn_block(struct kvfs_pnode *n)
 /* ----------------------------------------------------------------- ns.c */
 
 /*
- * kvfs_ns_add() - list committed block @b in @ns (sorted by ino).  Out of
+ * kvfs_ns_add() - list committed block @b in @ns (sorted by ino) and move
+ *   the namespace's last change up to its commit time.  Out of
  *   memory, the block is left out of the listing (logged) and stays
  *   reachable by name.  Takes ns->lock.
- * kvfs_ns_del() - take @b out of the listing; a no-op if it is not
+ * kvfs_ns_del() - take @b out of the listing (the namespace changes
+ *   now); a no-op if it is not
  *   there.  Takes ns->lock.
  */
 void kvfs_ns_add(struct kvfs_ns *ns, struct kvfs_block *b);
@@ -793,6 +814,9 @@ int kvfs_promote_init(struct kvfs_cache *c);
 int kvfs_block_import(struct kvfs_cache *c, struct kvfs_ns *ns,
 		      const uint8_t *key, const void *img, uint64_t len,
 		      const struct kvfs_fmt_hdr *h, struct kvfs_block **out);
+/* -------------------------------------------------------------- temp.c */
+
+/* Temporaries: kvfs_cache_temp_*() in cache.h. */
 
 /* ------------------------------------------------------------- chunk.c */
 

@@ -205,6 +205,7 @@ static int setup_namespaces(struct kvfs_cache *c)
 		snprintf(r->salt, sizeof(r->salt), "%s", cn->salt);
 		kvfs_fmt_root_key_model(r->name, r->salt, cn->model_digest,
 					r->root);
+		r->created = kvfs_util_now_real();
 		rc = kvfs_meta_ns_put(t, r);
 		if (rc)
 			goto out_abort;
@@ -228,6 +229,10 @@ static int setup_namespaces(struct kvfs_cache *c)
 
 		ns->c = c;
 		ns->owner = ns_owner(c, ns->rec.name);
+		/* Records written before they kept a time: the store's. */
+		ns->created = ns->rec.created ? ns->rec.created :
+						sb.created * 1000000000ull;
+		atomic_init(&ns->changed, ns->created);
 		geom_from_rec(&ns->rec, &ns->geom);
 		ns->ino = KVFS_INO_NS_BASE + ns->rec.id;
 		ns->max_file = kvfs_fmt_max_file_size(&ns->geom);
@@ -633,6 +638,13 @@ static int open_gpu(struct kvfs_cache *c)
 	char name[64];
 	int rc;
 
+	/* Whatever the backend now: a daemon of this store killed with -9
+	 * left its pools behind, and only a start of the store knows it.
+	 */
+	snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-",
+		 c->store->sb.uuid[0], c->store->sb.uuid[1],
+		 c->store->sb.uuid[2], c->store->sb.uuid[3]);
+	kvfs_gpu_shm_sweep(name);
 	if (c->conf.gpu_backend != KVFS_PARAMS_GPU_SHM &&
 	    c->conf.gpu_backend != KVFS_PARAMS_GPU_CUDA)
 		return 0;
@@ -644,10 +656,6 @@ static int open_gpu(struct kvfs_cache *c)
 		snprintf(name, sizeof(name), "/kvfs-%02x%02x%02x%02x-",
 			 c->store->sb.uuid[0], c->store->sb.uuid[1],
 			 c->store->sb.uuid[2], c->store->sb.uuid[3]);
-		/* Pools of daemons of this store that died without
-		 * unmounting (kill -9) hold their tenants' KV: not kept.
-		 */
-		kvfs_gpu_shm_sweep(name);
 		snprintf(name + strlen(name), sizeof(name) - strlen(name),
 			 "%d-pool", (int)getpid());
 		rc = kvfs_gpu_shm_init_owners(name, c->conf.gpu_capacity, 0,

@@ -74,7 +74,7 @@ int kvfs_cache_create(struct kvfs_cache *c, struct kvfs_ns *ns,
 	}
 	pthread_mutex_lock(&c->pending_lock);
 	for (q = c->pending; q; q = q->next)
-		if (!memcmp(q->key, p->key, KVFS_KEY_LEN))
+		if (!q->tname && !memcmp(q->key, p->key, KVFS_KEY_LEN))
 			break;
 	if (q) {
 		pthread_mutex_unlock(&c->pending_lock);
@@ -176,6 +176,7 @@ void kvfs_cache_abandon(struct kvfs_cache *c, struct kvfs_pending *p)
 		return;
 	pending_unlist(c, p);
 	pthread_mutex_destroy(&p->lock);
+	free(p->tname);
 	free(p->buf);
 	free(p);
 }

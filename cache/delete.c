@@ -95,7 +95,7 @@ int kvfs_block_delete(struct kvfs_cache *c, struct kvfs_block *b,
 		char name[KVFS_FMT_NAME_LEN + 1];
 
 		snprintf(name, sizeof(name), "%s.kv", hex);
-		c->delete_hook(c->delete_hook_arg, b->ns->ino, name);
+		c->delete_hook(c->delete_hook_arg, b->ns->ino, b->ino, name);
 	}
 	kvfs_block_try_free(c, b);
 	kvfs_cache_put(c, b); /* the index's reference */

@@ -86,8 +86,25 @@ static size_t ns_upper(const struct kvfs_ns *ns, uint64_t ino)
 	return lo;
 }
 
+void kvfs_ns_times(const struct kvfs_ns *ns, uint64_t *created,
+		   uint64_t *changed)
+{
+	*created = ns->created;
+	*changed = atomic_load(&((struct kvfs_ns *)ns)->changed);
+}
+
+/* Recovery adds blocks in any order: the newest commit wins. */
+static void ns_touch(struct kvfs_ns *ns, uint64_t t)
+{
+	uint64_t cur = atomic_load(&ns->changed);
+
+	while (cur < t && !atomic_compare_exchange_weak(&ns->changed, &cur, t))
+		;
+}
+
 void kvfs_ns_add(struct kvfs_ns *ns, struct kvfs_block *b)
 {
+	ns_touch(ns, b->created);
 	pthread_rwlock_wrlock(&ns->lock);
 	if (ns->n == ns->cap) {
 		size_t cap = ns->cap ? ns->cap * 2 : 256;
@@ -115,6 +132,7 @@ out_unlock:
 
 void kvfs_ns_del(struct kvfs_ns *ns, struct kvfs_block *b)
 {
+	ns_touch(ns, kvfs_util_now_real());
 	pthread_rwlock_wrlock(&ns->lock);
 	size_t i = ns_upper(ns, b->ino);
 	if (i > 0 && ns->blocks[i - 1] == b) {

@@ -55,6 +55,7 @@ struct kvfs_fh {
 	int rc;                      /* FH_WRITE: the commit's result */
 	uint32_t uid, gid;           /* FH_WRITE: the writer, who owns the file
 				      * until it is committed */
+	bool temp;                   /* FH_WRITE: p is a temporary (rename commits it) */
 	char *text;                  /* FH_TEXT; FH_CTL: pending response */
 	size_t text_len;
 	struct kvfs_ctl_session *ctl; /* FH_CTL */
@@ -161,6 +162,32 @@ static void text_attr(struct stat *st, uint64_t ino)
 	st->st_blksize = 4096;
 }
 
+static void set_time(struct timespec *ts, uint64_t ns)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000ull);
+	ts->tv_nsec = (long)(ns % 1000000000ull);
+}
+
+/* A namespace directory changes when a block is committed or deleted; a
+ * stat shows that, or the namespace's creation until then.  The root
+ * changes with its namespaces.
+ */
+static void dir_times(struct kvfs_fs *fs, struct kvfs_ns *ns, struct stat *st)
+{
+	uint64_t created, changed, last = 0;
+
+	for (size_t i = 0; !ns && i < kvfs_cache_ns_count(fs->c); i++) {
+		kvfs_ns_times(kvfs_cache_ns_at(fs->c, i), &created, &changed);
+		if (changed > last)
+			last = changed;
+	}
+	if (ns)
+		kvfs_ns_times(ns, &created, &last);
+	set_time(&st->st_mtim, last);
+	st->st_ctim = st->st_mtim;
+	st->st_atim = st->st_mtim;
+}
+
 /* Attributes of any inode; -ENOENT for a stale one. */
 static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 {
@@ -170,6 +197,7 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 	switch (ino) {
 	case KVFS_INO_ROOT:
 		dir_attr(st, ino, 3 + kvfs_cache_ns_count(fs->c));
+		dir_times(fs, NULL, st);
 		return 0;
 	case KVFS_INO_CTLDIR:
 		dir_attr(st, ino, 2);
@@ -188,6 +216,7 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 	ns = kvfs_cache_ns_by_ino(fs->c, ino);
 	if (ns) {
 		ns_attr(fs, ns, st);
+		dir_times(fs, ns, st);
 		return 0;
 	}
 	if (kvfs_cache_get(fs->c, ino, &b) == 0) {
@@ -202,7 +231,11 @@ static int ino_attr(struct kvfs_fs *fs, uint64_t ino, struct stat *st)
 			     st);
 		return 0;
 	}
-	return -ENOENT;
+	/* A block the engine deleted may still be named in the kernel's
+	 * cache (names are not invalidated: fs/kvfs_main.c): ESTALE makes
+	 * a path lookup ask for the name again.
+	 */
+	return ino >= KVFS_INO_BLOCK_BASE ? -ESTALE : -ENOENT;
 }
 
 /* ---------------------------------------------------------------- lookup */
@@ -252,10 +285,30 @@ static void kvfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 */
 		if (rc == -ENOENT)
 			rc = kvfs_cache_lookup_remote(fs->c, ns, name, &b);
-		if (rc) {
-			/* Not a block name: simply absent (ENOENT), so that
-			 * tools probing for other files behave.
+		if (rc == -EINVAL) {
+			uint64_t size;
+
+			/* Not a block name: a temporary, or simply absent
+			 * (ENOENT), so that tools probing for other files
+			 * behave.  A temporary's name must not outlive a
+			 * rename or unlink in the kernel's cache.
 			 */
+			rc = kvfs_cache_temp_stat(fs->c, ns, name, &e.ino,
+						  &size);
+			if (rc) {
+				fuse_reply_err(req, ENOENT);
+				return;
+			}
+			/* A temporary is its writer's, as a pending file. */
+			pending_stat(e.ino, size,
+				     (uint32_t)fuse_req_ctx(req)->uid,
+				     (uint32_t)fuse_req_ctx(req)->gid, &e.attr);
+			e.entry_timeout = 0;
+			e.attr_timeout = 0;
+			fuse_reply_entry(req, &e);
+			return;
+		}
+		if (rc) {
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
@@ -303,6 +356,32 @@ static void kvfs_getattr(fuse_req_t req, fuse_ino_t ino,
 					: fs->attr_timeout);
 }
 
+/*
+ * What cp -a, tar -x and rsync ask after writing a file: the same owner,
+ * the mode it has (or, for a file being written, any permission bits: it
+ * becomes 0444 at commit), any times.  Nothing is kept, so these succeed
+ * as no-ops; anything that would change what a stat shows is -EPERM.
+ * Times are not kept: a block's mtime is its commit, a directory's its
+ * last change.
+ */
+static int attr_noop(const struct stat *cur, const struct stat *attr,
+		     int to_set, bool pending)
+{
+	if ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur->st_uid)
+		return -EPERM;
+	if ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur->st_gid)
+		return -EPERM;
+	if ((to_set & FUSE_SET_ATTR_MODE) &&
+	    ((attr->st_mode & S_IFMT && (attr->st_mode & S_IFMT) !=
+						(cur->st_mode & S_IFMT)) ||
+	     (pending ? (attr->st_mode & 07000) != 0 :
+			(attr->st_mode & 07777) != (cur->st_mode & 07777))))
+		return -EPERM;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size != cur->st_size)
+		return -EPERM;
+	return 0;
+}
+
 static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			 int to_set, struct fuse_file_info *fi)
 {
@@ -313,22 +392,36 @@ static void kvfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 	if (!fh || fh->kind != FH_WRITE) {
 		/* Everything but the new block's own writer sees an immutable
-		 * file.
+		 * file (a file being written is one whose attributes say
+		 * it is writable).
 		 */
 		rc = ino_attr(fs, ino, &st);
-		reply_rc(req, rc ? rc : -EPERM);
+		if (!rc)
+			rc = attr_noop(&st, attr, to_set,
+				       S_ISREG(st.st_mode) &&
+					       (st.st_mode & S_IWUSR) &&
+					       ino != KVFS_INO_CTL);
+		if (rc)
+			reply_rc(req, rc);
+		else
+			fuse_reply_attr(req, &st,
+					S_ISREG(st.st_mode) &&
+							(st.st_mode & S_IWUSR)
+						? 0
+						: fs->attr_timeout);
 		return;
 	}
 	pthread_mutex_lock(&fh->lock);
 	if (!fh->p) {
-		rc = -EPERM;
+		if (fh->b)
+			block_attr(fs, fh->b, &st);
+		rc = fh->b ? attr_noop(&st, attr, to_set, false) : -EPERM;
 	} else {
-		if (to_set & FUSE_SET_ATTR_SIZE)
+		pending_attr(fh, &st);
+		rc = attr_noop(&st, attr, to_set & ~FUSE_SET_ATTR_SIZE, true);
+		if (!rc && (to_set & FUSE_SET_ATTR_SIZE))
 			rc = kvfs_cache_truncate(fh->p,
 						 (uint64_t)attr->st_size);
-		/* Mode, owner and times of a file being written are not
-		 * kept: a committed block is always 0444.
-		 */
 		if (!rc)
 			pending_attr(fh, &st);
 	}
@@ -443,7 +536,10 @@ static void fh_destroy(struct kvfs_fs *fs, struct kvfs_fh *fh)
 		kvfs_cache_reader_release(fs->c, &fh->r);
 		break;
 	case FH_WRITE:
-		kvfs_cache_abandon(fs->c, fh->p);
+		if (fh->temp)
+			kvfs_cache_temp_close(fs->c, fh->p);
+		else
+			kvfs_cache_abandon(fs->c, fh->p);
 		kvfs_cache_put(fs->c, fh->b);
 		break;
 	case FH_TEXT:
@@ -472,7 +568,9 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {
 	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_pending *fh_p;
 	struct kvfs_block *b;
+	uint64_t psize;
 	struct kvfs_fh *fh;
 	int rc;
 
@@ -522,6 +620,33 @@ static void kvfs_open(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	rc = kvfs_cache_get(fs->c, ino, &b);
+	if (rc && ino >= KVFS_INO_BLOCK_BASE &&
+	    kvfs_cache_pending_size(fs->c, ino, &psize)) {
+		/* Gone since the kernel cached its name: ESTALE makes open()
+		 * look the name up again (and create it, with O_CREAT).
+		 */
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	if (rc && (fi->flags & O_ACCMODE) != O_RDONLY &&
+	    kvfs_cache_temp_open(fs->c, ino, &fh_p) == 0) {
+		/* A temporary opened again to be (re)written. */
+		fh = fh_new(FH_WRITE);
+		if (!fh) {
+			kvfs_cache_temp_close(fs->c, fh_p);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		fh->p = fh_p;
+		fh->temp = true;
+		if (fi->flags & O_TRUNC)
+			kvfs_cache_truncate(fh_p, 0);
+		fi->direct_io = 1;
+		fi->fh = (uintptr_t)fh;
+		if (fuse_reply_open(req, fi) == -ENOENT)
+			fh_free(fs, fh);
+		return;
+	}
 	if (rc) {
 		fuse_reply_err(req, kvfs_cache_ns_by_ino(fs->c, ino) ||
 						    ino == KVFS_INO_ROOT ||
@@ -574,7 +699,9 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
 	struct kvfs_pending *p;
+	uint8_t key[KVFS_KEY_LEN];
 	struct kvfs_fh *fh;
+	bool temp;
 	int rc;
 
 	if (!ns) {
@@ -589,15 +716,21 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	 * the engine's own rule says the same, whatever the mount options.
 	 */
 	rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_WRITE, "create a block");
+	/* Any other name is a temporary: a rename to its key commits it. */
+	temp = kvfs_fmt_name_parse(name, key) != 0;
 	if (!rc)
-		rc = kvfs_cache_create(fs->c, ns, name, &p);
+		rc = temp ? kvfs_cache_temp_create(fs->c, ns, name, &p)
+			  : kvfs_cache_create(fs->c, ns, name, &p);
 	if (rc) {
 		reply_rc(req, rc);
 		return;
 	}
 	fh = fh_new(FH_WRITE);
 	if (!fh) {
-		kvfs_cache_abandon(fs->c, p);
+		if (temp)
+			kvfs_cache_temp_close(fs->c, p);
+		else
+			kvfs_cache_abandon(fs->c, p);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -605,6 +738,7 @@ static void kvfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fh->ns = ns;
 	fh->uid = (uint32_t)fuse_req_ctx(req)->uid;
 	fh->gid = (uint32_t)fuse_req_ctx(req)->gid;
+	fh->temp = temp;
 	memset(&e, 0, sizeof(e));
 	e.ino = kvfs_pending_ino(p);
 	pending_attr(fh, &e.attr);
@@ -782,7 +916,8 @@ static void kvfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
  */
 static int fh_commit(struct kvfs_fs *fs, struct kvfs_fh *fh)
 {
-	if (fh->p) {
+	/* A temporary commits when it is renamed, not at close. */
+	if (fh->p && !fh->temp) {
 		/* Room under the namespace's quota first, made from its own
 		 * blocks: over it with nothing to evict, close fails (EDQUOT).
 		 */
@@ -846,7 +981,7 @@ static void kvfs_release(fuse_req_t req, fuse_ino_t ino,
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_fh *fh = fh_of(fi);
 
-	if (fh->kind == FH_WRITE && fh->p) {
+	if (fh->kind == FH_WRITE && fh->p && !fh->temp) {
 		/* No flush reached us (the writer vanished mid-way): commit
 		 * what is there; a bad block is logged and dropped.
 		 */
@@ -863,6 +998,7 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
 	int rc;
+	uint8_t key[KVFS_KEY_LEN];
 
 	if (!ns) {
 		fuse_reply_err(req, parent == KVFS_INO_ROOT ||
@@ -872,15 +1008,53 @@ static void kvfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_WRITE, "unlink a block");
-	reply_rc(req, rc ? rc : kvfs_cache_unlink(fs->c, ns, name));
+	if (rc)
+		reply_rc(req, rc);
+	else if (kvfs_fmt_name_parse(name, key))
+		reply_rc(req, kvfs_cache_temp_unlink(fs->c, ns, name));
+	else
+		reply_rc(req, kvfs_cache_unlink(fs->c, ns, name));
 }
 
 static void kvfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			fuse_ino_t newparent, const char *newname,
 			unsigned int flags)
 {
-	/* A block's name is its content hash: renaming would lie. */
-	fuse_reply_err(req, EPERM);
+	struct kvfs_fs *fs = fs_of(req);
+	struct kvfs_ns *ns = kvfs_cache_ns_by_ino(fs->c, parent);
+	struct kvfs_block *b;
+	int rc;
+
+	/* A block's name is its content hash: renaming one would lie.  A
+	 * temporary renamed to its key (rsync's last step) commits it.
+	 * The target never exists (-EEXIST otherwise), so NOREPLACE holds.
+	 */
+	if (!ns || newparent != parent || (flags & ~RENAME_NOREPLACE)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	/* Committing a temporary adds a block: the same rules as close. */
+	rc = kvfs_fuse_may(req, ns, KVFS_CTL_MAY_WRITE, "rename a block");
+	if (!rc) {
+		uint64_t ino, size;
+
+		if (!kvfs_cache_temp_stat(fs->c, ns, name, &ino, &size))
+			rc = kvfs_ctl_quota_admit(fs->c, ns, size);
+	}
+	if (rc) {
+		reply_rc(req, rc);
+		return;
+	}
+	rc = kvfs_cache_temp_commit(fs->c, ns, name, newname, &b);
+	if (rc == -ENOENT) {
+		rc = kvfs_cache_lookup(fs->c, ns, name, &b);
+		if (!rc)
+			kvfs_cache_put(fs->c, b);
+		rc = rc ? -ENOENT : -EPERM;
+	} else if (!rc) {
+		kvfs_cache_put(fs->c, b);
+	}
+	reply_rc(req, rc);
 }
 
 static void kvfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,

@@ -252,8 +252,16 @@ void kvfs_fuse_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	rc = kvfs_cache_get(fs->c, ino, &b);
 	if (rc) {
-		kvfs_fuse_reply_rc(req,
-				   ino < KVFS_INO_BLOCK_BASE ? -ENOTSUP : rc);
+		uint64_t psize;
+
+		/* A file being written keeps no attributes: cp -a's ACLs
+		 * and xattrs meet a filesystem without them.
+		 */
+		kvfs_fuse_reply_rc(req, ino < KVFS_INO_BLOCK_BASE ||
+						!kvfs_cache_pending_size(
+							fs->c, ino, &psize)
+						? -ENOTSUP
+						: rc);
 		return;
 	}
 	if ((!strcmp(name, XATTR_PREFIX "pin") ||

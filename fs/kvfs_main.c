@@ -20,6 +20,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef KVFS_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "cache/cache.h"
 #include "fs/conf.h"
@@ -85,6 +88,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/*
+ * Tell systemd (kvfs@.service, Type=notify) where the daemon stands: a
+ * no-op outside a unit or without libsystemd.
+ */
+static void svc_notify(const char *state, const char *store)
+{
+#ifdef KVFS_HAVE_SYSTEMD
+	sd_notifyf(0, "%s\nSTATUS=%s %s", state,
+		   strcmp(state, "READY=1") ? "writing back, then closing" :
+					      "serving",
+		   store);
+#endif
+}
+
 /* Report to the waiting parent: "" for ready, else the reason. */
 static void notify(int fd, const char *msg)
 {
@@ -97,15 +114,20 @@ static void notify(int fd, const char *msg)
 
 /*
  * Names the engine deleted on its own (evictions, discards) are still in
- * the kernel's dentry cache for up to the entry timeout. They are
- * invalidated from this thread, never from a request handler: the kernel
- * may hold the directory's lock while a handler runs, and invalidation
- * takes it.
+ * the kernel's dentry cache for up to the entry timeout.  Invalidating
+ * the name itself takes the directory's lock in the kernel, which a
+ * client holds while it waits for us: a daemon killed while this thread
+ * waited for it could never exit, and so never release the clients (the
+ * post-kill hang).  So only the inode's cached attributes are invalidated
+ * (no lock a request holds), and the name is left to time out: a path
+ * through it asks for the attributes, gets ESTALE for a block that is
+ * gone (fs/fuse_ops.c), and the kernel looks the name up again, and an
+ * O_EXCL create always looks it up.  Done from this thread so that the
+ * engine's threads never write to /dev/fuse.
  */
 struct inval {
 	struct inval *next;
-	uint64_t dir;
-	char name[KVFS_FMT_NAME_LEN + 1];
+	uint64_t ino;
 };
 
 static struct {
@@ -119,14 +141,13 @@ static struct {
 	.cond = PTHREAD_COND_INITIALIZER,
 };
 
-static void inval_push(void *arg, uint64_t dir, const char *name)
+static void inval_push(void *arg, uint64_t dir, uint64_t ino, const char *name)
 {
 	struct inval *iv = calloc(1, sizeof(*iv));
 
 	if (!iv)
-		return; /* the entry merely times out */
-	iv->dir = dir;
-	snprintf(iv->name, sizeof(iv->name), "%s", name);
+		return; /* the attributes merely time out */
+	iv->ino = ino;
 	pthread_mutex_lock(&notifier.lock);
 	iv->next = notifier.head;
 	notifier.head = iv;
@@ -147,10 +168,12 @@ static void *notifier_main(void *arg)
 		while (iv) {
 			struct inval *next = iv->next;
 
+			/* A negative offset: attributes only, no page
+			 * locks (a reader may hold one while it waits).
+			 */
 			if (!notifier.stop)
-				fuse_lowlevel_notify_inval_entry(
-					notifier.se, iv->dir, iv->name,
-					strlen(iv->name));
+				fuse_lowlevel_notify_inval_inode(notifier.se,
+								 iv->ino, -1, 0);
 			free(iv);
 			iv = next;
 		}
@@ -311,6 +334,7 @@ static int run(const struct opts *o, int report_fd)
 	mounted = true;
 	notify(report_fd, "");
 	report_fd = -1;
+	svc_notify("READY=1", o->store);
 	if (!o->foreground) {
 		/* Detach from the terminal; anything a library or a
 		 * sanitizer prints still lands in the log.
@@ -339,6 +363,7 @@ static int run(const struct opts *o, int report_fd)
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	rc = rc > 0 ? 0 : rc;
+	svc_notify("STOPPING=1", o->store);
 	kvfs_cache_set_delete_hook(c, NULL, NULL);
 	if (nt_started) {
 		pthread_mutex_lock(&notifier.lock);

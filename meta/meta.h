@@ -69,7 +69,11 @@ struct kvfs_meta_ns {
 	uint8_t root[KVFS_KEY_LEN];
 	char name[KVFS_NS_NAME_MAX];
 	char salt[KVFS_NS_SALT_MAX];
-	uint8_t reserved[72];
+	/* Unix ns of the record's creation; 0 in records written before
+	 * this field (they read as the store's creation time).
+	 */
+	uint64_t created;
+	uint8_t reserved[64];
 };
 _Static_assert(sizeof(struct kvfs_meta_ns) == 256, "namespace record size");
 

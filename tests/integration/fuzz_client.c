@@ -3128,7 +3128,16 @@ static void test_blocks(void **state)
 			want(e, OKS(ENAMETOOLONG, EINVAL),
 			     "create of a too-long name");
 		} else if (bad_name) {
-			want(e, OKS(EINVAL), "create of a bad block name");
+			/* Another name is a temporary (one rename commits it,
+			 * test_manners.sh); the daemon keeps names to 255.
+			 */
+			want(e, strlen(name) > 255 ? OKS(ENAMETOOLONG) : OKS(0),
+			     "create of a temporary");
+			if (fd >= 0) {
+				close(fd);
+				want(err_of(unlink(path)), OKS(0),
+				     "unlink of a temporary");
+			}
 		} else if (seed_of(name_key) >= 0) {
 			want(e, flags & O_EXCL ? OKS(EEXIST) : OKS(EPERM),
 			     "create over a stored block");
@@ -3263,7 +3272,8 @@ static void test_ns_ops(void **state)
 			op_begin("utimes %s", a);
 			e = err_of(utimensat(AT_FDCWD, a, NULL, 0));
 			op_end();
-			want(e, si >= 0 ? OKS(EPERM, EACCES) : OKS(ENOENT),
+			/* Times are not kept: setting them is a no-op. */
+			want(e, si >= 0 ? OKS(0) : OKS(ENOENT),
 			     "utimes of a block");
 			break;
 		case 11: {

@@ -111,7 +111,31 @@ trap 'exit 130' INT TERM
 
 # kvfs_mkfs [SIZE]
 kvfs_mkfs() {
-	"$BIN/mkfs.kvfs" --ssd-size "${1:-64M}" "$STORE" >/dev/null
+	"$BIN/mkfs.kvfs" --ssd-size "${1:-64M}" "$STORE" >"$T_DIR/mkfs.out" || return 1
+	kvfs_shm_track "$T_DIR/mkfs.out"
+}
+
+# The device pool of a store's daemon is /dev/shm/kvfs-<uuid[0..3]>-<pid>-pool.
+# kvfs_shm_track MKFS_OUTPUT: t_done checks that no such object of the
+# store is left, the test's stores being new: /dev/shm as the test found it.
+T_SHM_PREFIXES=
+kvfs_shm_track() {
+	local u
+	u=$(awk '$1 == "uuid" { print substr($2, 1, 8) }' "$1")
+	[ -z "$u" ] || T_SHM_PREFIXES="$T_SHM_PREFIXES kvfs-$u-"
+}
+kvfs_shm_check() {
+	local p left=
+	[ -n "$T_SHM_PREFIXES" ] || return 0
+	kvfs_unmount
+	for p in $T_SHM_PREFIXES; do
+		left="$left$(ls /dev/shm | grep "^$p" | tr '\n' ' ')"
+	done
+	if [ -z "$left" ]; then
+		t_ok "/dev/shm is as the test found it"
+	else
+		t_fail "/dev/shm keeps the test's pools: $left"
+	fi
 }
 
 # kvfs_conf DRAM_CAPACITY [POLICY]: the store's config with the test
@@ -151,6 +175,7 @@ kvfs_stat() {
 gen() { "$BIN/kvfs-gen" "$@"; }
 
 t_done() {
+	kvfs_shm_check
 	printf '# %s: %d passed, %d failed\n' "$T_NAME" "$T_PASS" "$T_FAIL"
 	[ "$T_FAIL" -eq 0 ]
 }

@@ -276,7 +276,9 @@ log_mark() { echo $(($(wc -l <"$STORE/kvfs.log") + 1)); }
 # After a remount: everything the contract says, for cycle $cyc.
 verify_remount() {
 	local relaxed=$1 from=$2 storm_from=$3 n rec used sum bad
-	log_from "$storm_from" |
+	# From the cycle's start: with the SSD full, the writes before the
+	# storm evict too.
+	log_from "${cycle_from:-$storm_from}" |
 		sed -n 's/.*evicting block \([0-9a-f]*\)\.kv from the SSD tier.*/\1/p' \
 		>"$W/evicted.$cyc"
 	sum=$(observe "$W/obs.$cyc")
@@ -311,33 +313,29 @@ verify_remount() {
 		sh -c "! tail -n +$storm_from '$STORE/kvfs.log' | grep 'kvfs err: \|DRAM pin kept but not loaded\|pinned in DRAM could not\|nothing evictable'"
 }
 
-# reap PID: waits for the killed daemon to be gone. A thread of it that was
-# invalidating a dentry (fs/kvfs_main.c's notifier, after an SSD eviction)
-# when SIGKILL came waits in the kernel, unkillably, for the directory's
-# lock; a client that holds that lock (a create or an unlink in the
-# namespace) waits for the dead daemon's answer. The process never exits,
-# so the connection is never aborted and the store stays locked. Only an
-# abort through the fuse control filesystem breaks the cycle: the test
-# does that, and says so, so that the durability checks can go on. The
-# hazard is reported, not hidden: see the "note" line.
+# reap PID: waits for the killed daemon to be gone, and fails if it is
+# not within 30 s. It once hung, about 1 kill in 4 to 8: a thread that
+# was invalidating a name after an SSD eviction waited in the kernel,
+# unkillably, for the directory's lock, held by a client waiting for the
+# dead daemon. The daemon now invalidates no names (fs/kvfs_main.c), so
+# no kill may hang; should one, the test says which kernel function the
+# threads wait in, then aborts the fuse connection so that the remaining
+# checks can run, and counts the cycle as failed.
 reap() {
 	local pid=$1 i t conn=/sys/fs/fuse/connections/$FUSE_CONN
-	for ((i = 0; i < 500; i++)); do
+	for ((i = 0; i < 1500; i++)); do
 		[ -d "/proc/$pid" ] || return 0
-		for t in /proc/"$pid"/task/*/wchan; do
-			[ "$(cat "$t" 2>/dev/null)" = fuse_reverse_inval_entry ] || continue
-			t_log "note: cycle $cyc: the killed daemon hangs in" \
-				"fuse_reverse_inval_entry (see reap());" \
-				"aborting fuse connection $FUSE_CONN"
-			if [ ! -e "$conn/abort" ] && [ "$(id -u)" = 0 ]; then
-				mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
-			fi
-			echo 1 >"$conn/abort" || return 1
-			break
-		done
 		sleep 0.02
 	done
+	for t in /proc/"$pid"/task/*/wchan; do
+		t_log "cycle $cyc: the killed daemon hangs: a thread waits in $(cat "$t" 2>/dev/null)"
+	done
+	if [ ! -e "$conn/abort" ] && [ "$(id -u)" = 0 ]; then
+		mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null
+	fi
+	echo 1 >"$conn/abort" 2>/dev/null
 	timeout 60 tail --pid="$pid" -f /dev/null
+	return 1
 }
 
 # The fuse connection of the mount (its device minor): read from
@@ -363,10 +361,17 @@ t_check "the churn set, durable" churn_write --fsync --log "$W/churn.keys"
 sed 's/$/ 1:-/' "$W/churn.keys" >"$W/state"
 
 # cycle: acknowledgements to wait for, writer-B prefixes, relaxed (SSD full)
-for spec in "30 40 0" "60 40 0" "45 40 0" "40 0 1"; do
+# KVFS_CRASH_CYCLES=N runs N cycles instead of 4, the ones past the third
+# like the last (the SSD full, so SSD evictions, whose deleted names the
+# daemon once invalidated, run at every kill): repeated kills show that
+# none hangs.
+specs=("30 40 0" "60 40 0" "45 40 0")
+for ((i = 3; i < ${KVFS_CRASH_CYCLES:-4}; i++)); do specs+=("40 0 1"); done
+for spec in "${specs[@]}"; do
 	set -- $spec
 	cyc=$((cyc + 1))
 	acks_at=$1 bpre=$2 relaxed=$3
+	cycle_from=$(log_mark)
 	ERRF=$W/err.$cyc
 	: >"$ERRF"
 	rm -f "$W/killed"
@@ -428,9 +433,10 @@ for spec in "30 40 0" "60 40 0" "45 40 0" "40 0 1"; do
 		t_check "cycle $cyc: no SSD eviction yet, so every acknowledged block must survive" \
 			test "$s_ev" -eq 0
 	fi
-	if ! reap "$victim"; then
+	t_check "cycle $cyc: the killed daemon exits, no client hangs" reap "$victim"
+	if [ -d "/proc/$victim" ]; then
 		# the stuck clients would hang every step from here on
-		t_fail "cycle $cyc: the killed daemon hangs and the fuse connection cannot be aborted"
+		t_fail "cycle $cyc: the hung daemon cannot be aborted"
 		t_done
 		exit
 	fi
@@ -455,6 +461,7 @@ done
 # A clean unmount and mount after the last crash changes nothing.
 cyc=final
 for a in pre a b churn pin; do : >"$W/ev.final.$a"; done
+cycle_from=
 t_check "clean unmount" kvfs_unmount
 from=$(log_mark)
 t_check "and mount" kvfs_mount
