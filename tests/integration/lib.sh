@@ -115,7 +115,7 @@ kvfs_mkfs() {
 	kvfs_shm_track "$T_DIR/mkfs.out"
 }
 
-# The device pool of a store's daemon is /dev/shm/kvfs-<uuid[0..3]>-<pid>-pool.
+# The device pools of a store's daemon are /dev/shm/kvfs-<uuid[0..3]>-<pid>-pool-<uid>.
 # kvfs_shm_track MKFS_OUTPUT: t_done checks that no such object of the
 # store is left, the test's stores being new: /dev/shm as the test found it.
 T_SHM_PREFIXES=

@@ -9,7 +9,7 @@ kvfs_mkfs 128M
 kvfs_conf 2M
 printf '\n[tier.gpu]\nbackend = shm\ncapacity = 1M\n' >>"$STORE/kvfs.conf"
 t_check "mount" kvfs_mount
-pool_of() { ls /dev/shm | grep -- "-$1-pool\$"; }
+pool_of() { ls /dev/shm | grep -- "-$1-pool-[0-9]*\$"; }
 t_check "the daemon's device pool is in /dev/shm" test -n "$(pool_of "$KVFS_PID")"
 t_check "durable blocks before the storm" \
 	gen write "$MNT/$NS" "${GEOM[@]}" --prefixes 2 --blocks 4 --seed 1 --fsync --log "$T_DIR/pre.log" --quiet
