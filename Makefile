@@ -198,7 +198,7 @@ $(LIB): $(LIB_OBJS)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # Clients of libkvfs link it first ($^ keeps prerequisite order).
-$(BUILD)/bin/kvfs-engine $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl \
+$(BUILD)/bin/kvfs-engine $(BUILD)/bin/kvfsctl $(BUILD)/tests/test_libkvfs $(BUILD)/bench/bench_ctl \
 	$(BUILD)/itests/remote_client $(BUILD)/bench/bench_remote: $(LIBKVFS_A)
 
 # The tiny checkpoints and double-precision reference of the restoration

@@ -317,10 +317,25 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 		CS("chunk.evictions", ks.evictions);
 		CS("chunk.demotions", ks.demotions);
 	}
-	for (size_t i = 0; i < c->n_ns; i++)
-		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", c->ns[i].rec.name,
-			kvfs_ns_nblocks(&c->ns[i]));
+	for (size_t i = 0; i < c->n_ns; i++) {
+		struct kvfs_ns *ns = &c->ns[i];
+
+		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", ns->rec.name,
+			kvfs_ns_nblocks(ns));
+		/* Accesses, those served with a DRAM copy, their bytes and
+		 * names that missed: kvfsctl top's rates.
+		 */
+		fprintf(f, "ns.%s.hits %" PRIu64 "\n", ns->rec.name,
+			atomic_load(&ns->st_hits));
+		fprintf(f, "ns.%s.dram_hits %" PRIu64 "\n", ns->rec.name,
+			atomic_load(&ns->st_dram_hits));
+		fprintf(f, "ns.%s.misses %" PRIu64 "\n", ns->rec.name,
+			atomic_load(&ns->st_misses));
+		fprintf(f, "ns.%s.bytes_read %" PRIu64 "\n", ns->rec.name,
+			atomic_load(&ns->st_bytes));
+	}
 #undef CS
+	kvfs_scrub_stats(c, f);
 	kvfs_rpool_stats(c, f);
 	if (fclose(f)) {
 		free(s);

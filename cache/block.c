@@ -150,6 +150,12 @@ int kvfs_block_ssd_get(struct kvfs_block *b, struct kvfs_extent *sx)
 void kvfs_cache_touch(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	atomic_fetch_add(&b->hits, 1);
+	atomic_fetch_add_explicit(&b->ns->st_hits, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->ns->st_bytes, b->size,
+				  memory_order_relaxed);
+	if (atomic_load_explicit(&b->dram_ptr, memory_order_relaxed))
+		atomic_fetch_add_explicit(&b->ns->st_dram_hits, 1,
+					  memory_order_relaxed);
 	atomic_store(&b->last_access, kvfs_util_now_real());
 	atomic_store(&b->counters_dirty, true);
 	if (atomic_exchange(&b->touched, true))

@@ -315,6 +315,13 @@ struct kvfs_cache_fsinfo {
 };
 void kvfs_cache_fsinfo(struct kvfs_cache *c, struct kvfs_cache_fsinfo *fi);
 
+/*
+ * kvfs_cache_scrub_now() - start a scrub pass at the mover's next round
+ * (within conf.flush_ms), unless one is under way; returns at once.
+ * 0, or -EOPNOTSUPP before the engine is open.  Takes no lock.
+ */
+int kvfs_cache_scrub_now(struct kvfs_cache *c);
+
 /* The .kvfs/stats text ("key value\n" lines) in a malloc'd buffer. */
 int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
 

@@ -117,6 +117,11 @@ struct kvfs_ns {
 	 * creation until one): the directory's mtime and ctime.
 	 */
 	atomic_uint_least64_t changed;
+	/* Atomic, for .kvfs/stats (kvfsctl top): accesses of its blocks
+	 * (kvfs_cache_touch()), of those with a DRAM copy at the time, their
+	 * bytes, and names looked up that it does not hold.
+	 */
+	atomic_uint_least64_t st_hits, st_dram_hits, st_bytes, st_misses;
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* ns->lock: committed, sorted by ino */
 	size_t n, cap;              /* ns->lock */
@@ -319,6 +324,7 @@ struct kvfs_cache {
 	/* Set at open; inside, the chunk cache's and the pool's own locks. */
 	struct kvfs_chunk_state *chunks; /* chunk.c: the chunk cache */
 	struct kvfs_rpool *rpool;        /* restore_pool.c */
+	struct kvfs_scrub *scrub;        /* scrub.c */
 	pthread_mutex_t bg_lock;  /* guards bg_jobs */
 	pthread_cond_t bg_cond;   /* bg_jobs reached 0 */
 	unsigned bg_jobs;         /* c->bg_lock: detached jobs running */
@@ -536,6 +542,22 @@ void kvfs_wb_enqueue(struct kvfs_cache *c, struct kvfs_block *b);
 void kvfs_wb_stall(struct kvfs_cache *c, struct kvfs_block *b, int rc);
 void kvfs_wb_unstall(struct kvfs_cache *c);
 
+/* -------------------------------------------------------------- scrub.c */
+
+/*
+ * kvfs_scrub_init() - set up the scrub's state and register its round as
+ *   a periodic task (a pass every conf.scrub_interval_ms, 0 = only when
+ *   asked, reading at most conf.scrub_rate bytes/s).  0, -ENOMEM, or
+ *   kvfs_task_add()'s error.  Open only.
+ * kvfs_scrub_free() - free that state; the mover must be stopped.  A
+ *   no-op without it.
+ * kvfs_scrub_stats() - print the scrub.* lines of .kvfs/stats to @f.
+ *   Takes no lock (atomic counters).
+ */
+int kvfs_scrub_init(struct kvfs_cache *c);
+void kvfs_scrub_free(struct kvfs_cache *c);
+void kvfs_scrub_stats(struct kvfs_cache *c, FILE *f);
+
 /* ------------------------------------------------------------- delete.c */
 
 /*
@@ -720,6 +742,15 @@ enum kvfs_load_mode {
  */
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
+/*
+ * kvfs_block_verify_ssd() - check @buf, @b's stored image as read back
+ *   from its SSD extent: every format check (kvfs_fmt_validate(), both
+ *   CRCs) and the header CRC equal to the record's.  0, or -EBADMSG
+ *   (logged as "SSD copy at offset O fails verification", counted in
+ *   cache.checksum_errors).  No locking (@b's immutable fields only).
+ */
+int kvfs_block_verify_ssd(struct kvfs_cache *c, struct kvfs_block *b,
+			  const void *buf);
 /*
  * Whether a load of @b from tier @from may keep a copy in DRAM: always
  * for a block pinned in DRAM (the pin is the admin's word, and a pin not

@@ -821,6 +821,8 @@ int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 	rc = kvfs_chunk_init(c);
 	if (!rc)
 		rc = kvfs_remote_init(c);
+	if (!rc)
+		rc = kvfs_scrub_init(c);
 	if (rc)
 		goto out_free;
 	rc = kvfs_wb_start(c);
@@ -888,6 +890,7 @@ void kvfs_cache_free(struct kvfs_cache *c)
 		free(c->by_key[s].b);
 	}
 	kvfs_rpool_free(c);
+	kvfs_scrub_free(c);
 	for (size_t i = 0; i < c->n_ns; i++) {
 		free(c->ns[i].blocks);
 		if (c->ns[i].c)

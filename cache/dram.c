@@ -162,11 +162,9 @@ int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e)
 
 /* ---------------------------------------------------------------- loads */
 
-/* Verify a block image read back from the SSD against what we know of it;
- * torn or misdirected bytes are never served.
- */
-static int verify_loaded(struct kvfs_cache *c, struct kvfs_block *b,
-			 const void *buf)
+/* Torn or misdirected bytes are never served (nor kept by the scrub). */
+int kvfs_block_verify_ssd(struct kvfs_cache *c, struct kvfs_block *b,
+			  const void *buf)
 {
 	char hex[KVFS_KEY_HEX_LEN + 1];
 	struct kvfs_fmt_hdr h;
@@ -245,7 +243,7 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		return -ENOMEM;
 	rc = ssd->ops->read(ssd, &sx, 0, buf, sx.len);
 	if (!rc)
-		rc = verify_loaded(c, b, buf);
+		rc = kvfs_block_verify_ssd(c, b, buf);
 	if (rc)
 		goto out_free;
 	atomic_fetch_add(&ssd->st.hits, 1);

@@ -185,6 +185,9 @@ int kvfs_cache_lookup(struct kvfs_cache *c, struct kvfs_ns *ns,
 	if (!b) {
 		/* In no tier at all: a miss of the last tier. */
 		atomic_fetch_add(&c->st_lookups_missing, 1);
+		if (ns)
+			atomic_fetch_add_explicit(&ns->st_misses, 1,
+						  memory_order_relaxed);
 		atomic_fetch_add(&c->tier[KVFS_TIER_SSD]->st.misses, 1);
 		return -ENOENT;
 	}

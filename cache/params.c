@@ -11,6 +11,7 @@ void kvfs_cache_params_defaults(struct kvfs_cache_params *p)
 	memset(p, 0, sizeof(*p));
 	p->flush_ms = 1000;
 	p->meta_mapsize = 1ull << 30;
+	p->scrub_rate = 64ull << 20;
 	p->dram_capacity = 256ull << 20;
 	p->ssd_rings = 4;
 	p->writeback_batch = 64;

@@ -112,6 +112,12 @@ struct kvfs_cache_params {
 	/* [daemon] */
 	unsigned flush_ms; /* batched hit/last-access commits (1000) */
 	uint64_t meta_mapsize; /* LMDB map size (default 1G) */
+	/* The scrub (cache/scrub.c): a pass every scrub_interval_ms (0 =
+	 * only when asked), re-reading at most scrub_rate bytes/s of SSD
+	 * extents (default 64M; 0 = no limit).
+	 */
+	uint64_t scrub_interval_ms;
+	uint64_t scrub_rate;
 	/* [tier.dram] */
 	uint64_t dram_capacity; /* bytes (default 256M) */
 	int dram_pinned; /* enum kvfs_params_pinned (auto) */

@@ -19,7 +19,9 @@
  * Limits (all inclusive; out of range is an error):
  *   [daemon]     threads 1..1024, log_level err|warn|info|debug,
  *                log_file (string), flush_ms 1..3600000,
- *                meta_mapsize 1M..16T
+ *                meta_mapsize 1M..16T, scrub_interval off|0 or a
+ *                duration 1s..365d ("30s", "10m", "6h", "7d"; a bare
+ *                number is seconds), scrub_rate 0..16T (bytes/s)
  *   [tier.dram]  capacity 4K..16T, pinned auto|yes|no (default auto;
  *                yes needs [tier.gpu] backend = cuda, checked once the
  *                whole file is read since the sections come in any order)
@@ -420,6 +422,45 @@ static int set_store_as(struct conf_state *st, const struct conf_key *k,
 	{ kname, fn, offsetof(type, field), 0, 0, \
 	  sizeof(((type *)0)->field), false }
 
+/* The scrub's period: off/0, or a number with s, m, h or d (seconds
+ * without), 1s..365d; kept in milliseconds.
+ */
+static int set_scrub_interval(struct conf_state *st, const struct conf_key *k,
+			      const char *val, void *field)
+{
+	static const struct {
+		char unit;
+		uint64_t s;
+	} units[] = { { 0, 1 }, { 's', 1 }, { 'm', 60 }, { 'h', 3600 },
+		      { 'd', 86400 } };
+	size_t n = strspn(val, "0123456789");
+	uint64_t v, mul = 0;
+	char num[24];
+
+	if (!strcmp(val, "off") || !strcmp(val, "0")) {
+		v = 0;
+		goto out_set;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (val[n] == units[i].unit && (!val[n] || !val[n + 1]))
+			mul = units[i].s;
+	if (!n || n >= sizeof(num) || !mul)
+		goto bad;
+	memcpy(num, val, n);
+	num[n] = 0;
+	if (kvfs_util_parse_u64(num, &v) || !v || v > 365 * 86400 / mul)
+		goto bad;
+	v *= mul * 1000;
+out_set:
+	memcpy(field, &v, sizeof(v));
+	return 0;
+bad:
+	return fail(st, st->lineno,
+		    "%s = '%s': expected off or a duration in 1s..365d "
+		    "(e.g. 30s, 10m, 6h, 7d)",
+		    k->name, val);
+}
+
 static const struct conf_key daemon_keys[] = {
 	U32("threads", struct kvfs_conf, threads, 1, 1024, false),
 	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
@@ -428,6 +469,9 @@ static const struct conf_key daemon_keys[] = {
 	U32("flush_ms", struct kvfs_conf, cache.flush_ms, 1, 3600000, false),
 	SIZE("meta_mapsize", struct kvfs_conf, cache.meta_mapsize, 1ull << 20,
 	     16ull << 40),
+	{ "scrub_interval", set_scrub_interval,
+	  offsetof(struct kvfs_conf, cache.scrub_interval_ms), 0, 0, 0, false },
+	SIZE("scrub_rate", struct kvfs_conf, cache.scrub_rate, 0, 16ull << 40),
 	{ NULL },
 };
 

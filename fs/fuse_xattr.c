@@ -235,6 +235,33 @@ static int xattr_word(const char *name, const char *value, size_t size, char *v,
 	return 0;
 }
 
+/*
+ * user.kvfs.scrub = now on the mount's root starts a scrub pass (kvfsctl
+ * scrub): an attribute rather than a ctl operation, so that the ABI,
+ * libkvfs and kvfs.py stay as they are.  Root and the mounting user only.
+ */
+static int root_setxattr(fuse_req_t req, const char *name, const char *value,
+			 size_t size)
+{
+	struct kvfs_ctl_creds cr;
+	char v[16];
+	int rc;
+
+	if (strcmp(name, XATTR_PREFIX "scrub"))
+		return -ENOTSUP;
+	kvfs_fuse_creds(req, &cr);
+	if (!kvfs_ctl_is_admin(&cr)) {
+		kvfs_warn("uid %u may not start a scrub (EACCES)", cr.uid);
+		return -EACCES;
+	}
+	rc = xattr_word(name, value, size, v, sizeof(v));
+	if (rc || strcmp(v, "now")) {
+		kvfs_warn("setxattr %s: expected 'now'", name);
+		return -EINVAL;
+	}
+	return kvfs_cache_scrub_now(kvfs_fuse_fs(req)->c);
+}
+
 void kvfs_fuse_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
@@ -244,6 +271,10 @@ void kvfs_fuse_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	uint32_t cat;
 	int rc, tier;
 
+	if (ino == FUSE_ROOT_ID) {
+		kvfs_fuse_reply_rc(req, root_setxattr(req, name, value, size));
+		return;
+	}
 	if (kvfs_cache_ns_by_ino(fs->c, ino)) {
 		rc = ns_xattr(kvfs_cache_ns_by_ino(fs->c, ino), name, junk,
 			      sizeof(junk));
