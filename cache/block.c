@@ -150,6 +150,7 @@ int kvfs_block_ssd_get(struct kvfs_block *b, struct kvfs_extent *sx)
 void kvfs_cache_touch(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	atomic_fetch_add(&b->hits, 1);
+	atomic_fetch_add_explicit(&b->ns->st_hits, 1, memory_order_relaxed);
 	atomic_store(&b->last_access, kvfs_util_now_real());
 	atomic_store(&b->counters_dirty, true);
 	if (atomic_exchange(&b->touched, true))

@@ -117,6 +117,10 @@ struct kvfs_ns {
 	 * creation until one): the directory's mtime and ctime.
 	 */
 	atomic_uint_least64_t changed;
+	/* Atomic: the file sizes of the listed blocks (changed with the
+	 * listing, under ns->lock), and accesses (kvfs_cache_touch()).
+	 */
+	atomic_uint_least64_t st_bytes, st_hits;
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* ns->lock: committed, sorted by ino */
 	size_t n, cap;              /* ns->lock */
@@ -271,6 +275,8 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_leases, st_leases_reclaimed; /* atomic */
 	atomic_uint_least64_t st_fetches, st_fetch_bytes, st_fetch_into_bytes;
 	atomic_uint_least64_t st_saves;      /* atomic, as the two above */
+	/* Latency histograms (enum kvfs_cache_hist): lock-free. */
+	struct kvfs_hist hist[KVFS_CACHE_NHIST];
 
 	size_t n_ns;         /* set at open */
 	struct kvfs_ns *ns;  /* set at open (each ns: its own comments) */

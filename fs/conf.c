@@ -19,7 +19,8 @@
  * Limits (all inclusive; out of range is an error):
  *   [daemon]     threads 1..1024, log_level err|warn|info|debug,
  *                log_file (string), flush_ms 1..3600000,
- *                meta_mapsize 1M..16T
+ *                meta_mapsize 1M..16T, metrics IPv4:port or
+ *                [IPv6]:port (numeric; fs/metrics.h)
  *   [tier.dram]  capacity 4K..16T, pinned auto|yes|no (default auto;
  *                yes needs [tier.gpu] backend = cuda, checked once the
  *                whole file is read since the sections come in any order)
@@ -82,6 +83,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
+#include "fs/metrics.h"
 #include "fs/model_digest.h"
 #include "hcache/restore.h"
 #include "tier/redis_cluster.h"
@@ -420,6 +422,17 @@ static int set_store_as(struct conf_state *st, const struct conf_key *k,
 	{ kname, fn, offsetof(type, field), 0, 0, \
 	  sizeof(((type *)0)->field), false }
 
+/* The metrics endpoint's address, as fs/metrics.c will bind it. */
+static int set_metrics(struct conf_state *st, const struct conf_key *k,
+		       const char *val, void *field)
+{
+	const char *why;
+
+	if (kvfs_metrics_addr_parse(val, NULL, NULL, &why))
+		return fail(st, st->lineno, "%s = '%s': %s", k->name, val, why);
+	return set_str(st, k, val, field);
+}
+
 static const struct conf_key daemon_keys[] = {
 	U32("threads", struct kvfs_conf, threads, 1, 1024, false),
 	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
@@ -428,6 +441,7 @@ static const struct conf_key daemon_keys[] = {
 	U32("flush_ms", struct kvfs_conf, cache.flush_ms, 1, 3600000, false),
 	SIZE("meta_mapsize", struct kvfs_conf, cache.meta_mapsize, 1ull << 20,
 	     16ull << 40),
+	STR("metrics", struct kvfs_conf, metrics, set_metrics),
 	{ NULL },
 };
 
