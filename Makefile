@@ -29,7 +29,8 @@ DEB_PKGS := build-essential pkg-config libfuse3-dev fuse3 liblmdb-dev \
 	liburing-dev libcmocka-dev libinih-dev libssl-dev libisal-dev \
 	libxxhash-dev libopenblas-dev attr fio gnuplot-nox psmisc \
 	python3 libhiredis-dev redis-server redis-tools rsync \
-	python3-torch libsystemd-dev man-db groff-base
+	python3-torch libsystemd-dev man-db groff-base \
+	libmicrohttpd-dev curl prometheus
 
 override CFLAGS += -std=gnu11 -pthread -I. -MMD -MP \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
@@ -50,7 +51,7 @@ override LDFLAGS += -fsanitize=thread
 endif
 
 LIBS := -lfuse3 -llmdb -luring -linih -lcrypto -lisal -lxxhash \
-	-lopenblas -lhiredis -lm -lpthread
+	-lopenblas -lhiredis -lmicrohttpd -lm -lpthread
 # The daemon tells systemd it is ready (Type=notify) where libsystemd is.
 KVFS_SYSTEMD ?= $(shell pkg-config --exists libsystemd 2>/dev/null && echo 1)
 ifeq ($(KVFS_SYSTEMD),1)

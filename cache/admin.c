@@ -1,17 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The admin operations of a block (unlink, pins, category) and the
- * engine's statistics (.kvfs/stats, statfs).
+ * The admin operations of a block (unlink, pins, category) and statfs's
+ * figures; the statistics are stats.c's.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/cache_i.h"
-#include "cache/chunk.h"
-#include "cache/rpool_i.h"
 #include "meta/log.h"
 #include "meta/util.h"
 
@@ -178,170 +175,4 @@ void kvfs_cache_fsinfo(struct kvfs_cache *c, struct kvfs_cache_fsinfo *fi)
 	fi->ssd_capacity = ssd->capacity;
 	fi->ssd_free = ssd->capacity - atomic_load(&ssd->used);
 	fi->blocks = atomic_load(&c->nblocks);
-}
-
-/*
- * Blocks pinned in DRAM, and of those the ones without a DRAM copy now (a
- * pin kept across a restart that could not load them).  Counted when
- * asked: pins change in several places, a walk over the listings cannot
- * drift from them.
- */
-static void dram_pin_counts(struct kvfs_cache *c, uint64_t *pinned,
-			    uint64_t *waiting)
-{
-	*pinned = *waiting = 0;
-	for (size_t i = 0; i < c->n_ns; i++) {
-		struct kvfs_ns *ns = &c->ns[i];
-
-		pthread_rwlock_rdlock(&ns->lock);
-		for (size_t j = 0; j < ns->n; j++) {
-			struct kvfs_block *b = ns->blocks[j];
-
-			if (!(atomic_load(&b->pins) & KVFS_TIER_BIT_DRAM))
-				continue;
-			(*pinned)++;
-			if (!(atomic_load(&b->tiers) & KVFS_TIER_BIT_DRAM))
-				(*waiting)++;
-		}
-		pthread_rwlock_unlock(&ns->lock);
-	}
-}
-
-int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
-{
-	uint64_t pins, waiting;
-	char *s = NULL;
-	size_t n = 0;
-	FILE *f = open_memstream(&s, &n);
-
-	if (!f)
-		return -ENOMEM;
-	for (int i = 0; i < KVFS_NTIERS; i++) {
-		struct kvfs_tier *t = c->tier[i];
-		const char *nm = kvfs_tier_name(i);
-
-		if (!t)
-			continue;
-#define ST(k, v) fprintf(f, "tier.%s.%s %" PRIu64 "\n", nm, k, (uint64_t)(v))
-		ST("capacity_bytes", t->capacity);
-		ST("used_bytes", atomic_load(&t->used));
-		ST("blocks", atomic_load(&t->st.blocks));
-		ST("hits", atomic_load(&t->st.hits));
-		ST("misses", atomic_load(&t->st.misses));
-		ST("evictions", atomic_load(&t->st.evictions));
-		ST("bytes_read", atomic_load(&t->st.bytes_read));
-		ST("bytes_written", atomic_load(&t->st.bytes_written));
-		ST("io_reads", atomic_load(&t->st.reads));
-		ST("io_writes", atomic_load(&t->st.writes));
-		if (i == KVFS_TIER_GPU) {
-			/* Uploads straight from pinned DRAM, and through the
-			 * staging buffers.
-			 */
-			ST("direct_bytes", atomic_load(&t->st.direct_bytes));
-			ST("staged_bytes", atomic_load(&t->st.staged_bytes));
-		}
-#undef ST
-	}
-	if (c->remote) {
-		struct kvfs_remote_stats rs;
-
-		kvfs_tier_remote_stats(c->remote, &rs);
-#define RS(k) fprintf(f, "tier.remote.%s %" PRIu64 "\n", #k, rs.k)
-		RS(hits);
-		RS(misses);
-		RS(rejected);
-		RS(errors);
-		RS(bytes_read);
-		RS(bytes_written);
-		RS(queued);
-		RS(dropped);
-		RS(nodes);
-#undef RS
-	}
-	pthread_mutex_lock(&c->wb_lock);
-	uint64_t queued = c->wb_queued + c->wb_inflight;
-	pthread_mutex_unlock(&c->wb_lock);
-	pthread_mutex_lock(&c->policy_lock);
-	const char *pol = c->policy->ops->name;
-	pthread_mutex_unlock(&c->policy_lock);
-#define CS(k, v) fprintf(f, "%s %" PRIu64 "\n", k, (uint64_t)(v))
-	fprintf(f, "policy.name %s\n", pol);
-	CS("cache.blocks", atomic_load(&c->nblocks));
-	CS("cache.commits", atomic_load(&c->st_commits));
-	CS("cache.rejects", atomic_load(&c->st_rejects));
-	CS("cache.deletes", atomic_load(&c->st_deletes));
-	CS("cache.lookup_misses", atomic_load(&c->st_lookups_missing));
-	CS("cache.checksum_errors", atomic_load(&c->st_csum_errors));
-	dram_pin_counts(c, &pins, &waiting);
-	CS("cache.dram_pins", pins);
-	CS("cache.dram_pins_waiting", waiting);
-	CS("writeback.queued", queued);
-	CS("writeback.batches", atomic_load(&c->st_wb_batches));
-	CS("writeback.blocks", atomic_load(&c->st_wb_blocks));
-	CS("writeback.errors", atomic_load(&c->st_wb_errors));
-	CS("writeback.stalled", atomic_load(&c->wb_nstalled));
-	CS("meta.counter_flushes", atomic_load(&c->st_counter_flushes));
-	CS("policy.discarded", atomic_load(&c->st_discards));
-	CS("policy.promoted", atomic_load(&c->st_promoted));
-	CS("policy.demoted", atomic_load(&c->st_demoted));
-	CS("policy.promote_passes", atomic_load(&c->st_promote_passes));
-	CS("ctl.leases", atomic_load(&c->st_leases));
-	CS("ctl.leases_reclaimed", atomic_load(&c->st_leases_reclaimed));
-	CS("ctl.fetches", atomic_load(&c->st_fetches));
-	CS("ctl.fetch_bytes", atomic_load(&c->st_fetch_bytes));
-	CS("ctl.fetch_into_bytes", atomic_load(&c->st_fetch_into_bytes));
-	CS("ctl.saves", atomic_load(&c->st_saves));
-	if (c->chunks) {
-		struct kvfs_chunk_stats ks;
-
-		kvfs_chunk_get_stats(c, &ks);
-		CS("chunk.bytes_wanted", ks.bytes_wanted);
-		CS("chunk.bytes_read", ks.bytes_read);
-		CS("chunk.bytes_missed", ks.bytes_missed);
-		/* Bytes read from the SSD per byte the SSD had to serve, in
-		 * thousandths: 1000 means no amplification.
-		 */
-		CS("chunk.read_amplification_milli",
-		   ks.bytes_missed ? ks.bytes_read * 1000 / ks.bytes_missed :
-				     0);
-		CS("chunk.ssd_reads", ks.ssd_reads);
-		CS("chunk.mem_hits", ks.mem_hits);
-		CS("chunk.spec_loaded", ks.spec_loaded);
-		CS("chunk.spec_used", ks.spec_used);
-		CS("chunk.prefetch_joined", ks.prefetch_joined);
-		CS("chunk.spec_cancelled", ks.spec_cancelled);
-		CS("chunk.dram_used", ks.dram_used);
-		CS("chunk.dram_pieces", ks.dram_pieces);
-		CS("chunk.gpu_used", ks.gpu_used);
-		CS("chunk.gpu_pieces", ks.gpu_pieces);
-		CS("chunk.evictions", ks.evictions);
-		CS("chunk.demotions", ks.demotions);
-	}
-	for (size_t i = 0; i < c->n_ns; i++) {
-		struct kvfs_ns *ns = &c->ns[i];
-
-		fprintf(f, "ns.%s.blocks %" PRIu64 "\n", ns->rec.name,
-			kvfs_ns_nblocks(ns));
-		/* Accesses, those served with a DRAM copy, their bytes and
-		 * names that missed: kvfsctl top's rates.
-		 */
-		fprintf(f, "ns.%s.hits %" PRIu64 "\n", ns->rec.name,
-			atomic_load(&ns->st_hits));
-		fprintf(f, "ns.%s.dram_hits %" PRIu64 "\n", ns->rec.name,
-			atomic_load(&ns->st_dram_hits));
-		fprintf(f, "ns.%s.misses %" PRIu64 "\n", ns->rec.name,
-			atomic_load(&ns->st_misses));
-		fprintf(f, "ns.%s.bytes_read %" PRIu64 "\n", ns->rec.name,
-			atomic_load(&ns->st_bytes));
-	}
-#undef CS
-	kvfs_scrub_stats(c, f);
-	kvfs_rpool_stats(c, f);
-	if (fclose(f)) {
-		free(s);
-		return -ENOMEM;
-	}
-	*buf = s;
-	*len = n;
-	return 0;
 }

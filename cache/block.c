@@ -151,7 +151,7 @@ void kvfs_cache_touch(struct kvfs_cache *c, struct kvfs_block *b)
 {
 	atomic_fetch_add(&b->hits, 1);
 	atomic_fetch_add_explicit(&b->ns->st_hits, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->ns->st_bytes, b->size,
+	atomic_fetch_add_explicit(&b->ns->st_bytes_read, b->size,
 				  memory_order_relaxed);
 	if (atomic_load_explicit(&b->dram_ptr, memory_order_relaxed))
 		atomic_fetch_add_explicit(&b->ns->st_dram_hits, 1,

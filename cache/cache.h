@@ -30,6 +30,8 @@
 #include <sys/types.h>
 
 #include "meta/fmt.h"
+#include "meta/hist.h"
+#include "cache/chunk.h"
 #include "cache/params.h"
 
 /* Fixed inode numbers of the mount. */
@@ -324,6 +326,91 @@ int kvfs_cache_scrub_now(struct kvfs_cache *c);
 
 /* The .kvfs/stats text ("key value\n" lines) in a malloc'd buffer. */
 int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len);
+
+/* ---- statistics as structs (the metrics endpoint, fs/metrics.c) ---- */
+
+/* Latency histograms the engine keeps (meta/hist.h). */
+enum kvfs_cache_hist {
+	KVFS_CACHE_HIST_LOOKUP,       /* ctl LOOKUP, request to response */
+	KVFS_CACHE_HIST_FETCH,        /* ctl FETCH */
+	KVFS_CACHE_HIST_FETCH_INTO,   /* ctl FETCH_INTO */
+	KVFS_CACHE_HIST_FETCH_CHUNKS, /* ctl FETCH_CHUNKS */
+	KVFS_CACHE_HIST_READ,         /* a FUSE read of a block (fs/) */
+	KVFS_CACHE_NHIST,
+};
+
+/*
+ * kvfs_cache_hist_add() - count one event of @ns nanoseconds in histogram
+ * @h.  Lock-free (a few relaxed atomic adds): callable on hot paths from
+ * any thread.
+ */
+void kvfs_cache_hist_add(struct kvfs_cache *c, enum kvfs_cache_hist h,
+			 uint64_t ns);
+
+/* One tier's figures; the names are .kvfs/stats' tier.NAME.* keys. */
+struct kvfs_stats_tier {
+	bool present; /* configured; every other field 0 if not */
+	uint64_t capacity_bytes, used_bytes, blocks;
+	uint64_t hits, misses, evictions;
+	uint64_t bytes_read, bytes_written, io_reads, io_writes;
+	uint64_t direct_bytes, staged_bytes; /* the device tier's only */
+};
+
+/* One namespace's figures. */
+struct kvfs_stats_ns {
+	char name[KVFS_NS_NAME_MAX];
+	uint64_t blocks; /* committed now */
+	uint64_t bytes;  /* their file sizes */
+	uint64_t hits;   /* accesses of its blocks since the mount */
+	uint64_t dram_hits;  /* of those, with a DRAM copy at the time */
+	uint64_t misses;     /* names looked up that it does not hold */
+	uint64_t bytes_read; /* the bytes of the accesses */
+	/* Hidden-state restoration (docs/hcache.md). */
+	uint64_t hidden_blocks, mixed_blocks, restored, converted, splits;
+};
+
+/*
+ * A snapshot of the engine's counters: each field read atomically on its
+ * own, the whole not one instant.  Counters (monotonic since the mount)
+ * and gauges are named as .kvfs/stats names them.
+ */
+struct kvfs_stats {
+	struct kvfs_stats_tier tier[KVFS_NTIERS]; /* by enum kvfs_tier_id */
+	bool remote; /* [tier.remote] configured: remote_st is valid */
+	struct kvfs_remote_stats remote_st;
+	char policy[32];
+	uint64_t blocks, commits, rejects, deletes, lookup_misses;
+	uint64_t checksum_errors, dram_pins, dram_pins_waiting;
+	uint64_t wb_queued, wb_batches, wb_blocks, wb_errors, wb_stalled;
+	uint64_t counter_flushes;
+	uint64_t discarded, promoted, demoted, promote_passes;
+	uint64_t leases; /* held now */
+	uint64_t leases_reclaimed, fetches, fetch_bytes, fetch_into_bytes;
+	uint64_t saves;
+	bool chunks; /* the chunk cache runs: chunk is valid */
+	struct kvfs_chunk_stats chunk;
+	/* Hidden-state restoration (restore.* of .kvfs/stats). */
+	uint64_t hidden_blocks, mixed_blocks, hidden_stored_bytes;
+	uint64_t hidden_kv_bytes, restores, restore_ns, restore_waits;
+	uint64_t restore_joined, restore_ahead, restore_private;
+	uint64_t restore_from_pool, restore_errors, restore_conversions;
+	uint64_t restore_splits, restore_pipelined, restore_to_device;
+	uint64_t restore_to_device_gpu, restore_to_device_fallbacks;
+	uint64_t restore_gpu_blocks, restore_gpu_fallbacks, restore_threads;
+	struct kvfs_hist_snap hist[KVFS_CACHE_NHIST];
+	size_t n_ns;
+	struct kvfs_stats_ns ns[]; /* n_ns of them, in config order */
+};
+
+/*
+ * kvfs_cache_stats_get() - a malloc'd snapshot (free with
+ * kvfs_cache_stats_free()).  Takes each namespace's lock shared in turn
+ * (to count DRAM pins) and the write-back and policy locks briefly: never
+ * call it from the read hot path.  0 or -ENOMEM.
+ */
+int kvfs_cache_stats_get(struct kvfs_cache *c, struct kvfs_stats **out);
+/* NULL is a no-op. */
+void kvfs_cache_stats_free(struct kvfs_stats *s);
 
 /*
  * kvfs_cache_set_delete_hook() - be told when the engine itself deletes a

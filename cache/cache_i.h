@@ -117,11 +117,14 @@ struct kvfs_ns {
 	 * creation until one): the directory's mtime and ctime.
 	 */
 	atomic_uint_least64_t changed;
-	/* Atomic, for .kvfs/stats (kvfsctl top): accesses of its blocks
-	 * (kvfs_cache_touch()), of those with a DRAM copy at the time, their
-	 * bytes, and names looked up that it does not hold.
+	/* Atomic: the file sizes of the listed blocks (changed with the
+	 * listing, under ns->lock); for .kvfs/stats and kvfsctl top, the
+	 * accesses of its blocks (kvfs_cache_touch()), of those with a DRAM
+	 * copy at the time, their bytes, and names looked up that it does
+	 * not hold.
 	 */
-	atomic_uint_least64_t st_hits, st_dram_hits, st_bytes, st_misses;
+	atomic_uint_least64_t st_bytes, st_hits, st_dram_hits, st_bytes_read;
+	atomic_uint_least64_t st_misses;
 	pthread_rwlock_t lock;   /* guards blocks, n, cap */
 	struct kvfs_block **blocks; /* ns->lock: committed, sorted by ino */
 	size_t n, cap;              /* ns->lock */
@@ -276,6 +279,8 @@ struct kvfs_cache {
 	atomic_uint_least64_t st_leases, st_leases_reclaimed; /* atomic */
 	atomic_uint_least64_t st_fetches, st_fetch_bytes, st_fetch_into_bytes;
 	atomic_uint_least64_t st_saves;      /* atomic, as the two above */
+	/* Latency histograms (enum kvfs_cache_hist): lock-free. */
+	struct kvfs_hist hist[KVFS_CACHE_NHIST];
 
 	size_t n_ns;         /* set at open */
 	struct kvfs_ns *ns;  /* set at open (each ns: its own comments) */

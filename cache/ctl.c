@@ -10,6 +10,7 @@
 
 #include "cache/ctl_i.h"
 #include "meta/log.h"
+#include "meta/util.h"
 
 static const char *const op_names[] = {
 	[KVFS_CTL_LOOKUP] = "LOOKUP",
@@ -112,12 +113,37 @@ static void ctl_remote(struct kvfs_ctl_ctx *x)
 	}
 }
 
+/* The latency of an operation that has a histogram, whatever its result. */
+static void ctl_time(struct kvfs_cache *c, uint32_t op, uint64_t t0)
+{
+	int h;
+
+	switch (op) {
+	case KVFS_CTL_LOOKUP:
+		h = KVFS_CACHE_HIST_LOOKUP;
+		break;
+	case KVFS_CTL_FETCH:
+		h = KVFS_CACHE_HIST_FETCH;
+		break;
+	case KVFS_CTL_FETCH_INTO:
+		h = KVFS_CACHE_HIST_FETCH_INTO;
+		break;
+	case KVFS_CTL_FETCH_CHUNKS:
+		h = KVFS_CACHE_HIST_FETCH_CHUNKS;
+		break;
+	default:
+		return;
+	}
+	kvfs_hist_add(&c->hist[h], kvfs_util_now_mono() - t0);
+}
+
 int kvfs_ctl_exec(struct kvfs_ctl_session *s, struct kvfs_ctl_creds *cr,
 		  const void *req, size_t len, size_t max_resp, void **resp,
 		  size_t *rlen)
 {
 	const struct kvfs_ctl_req *r = req;
 	struct kvfs_ctl_ctx x = { .s = s, .c = s->c, .r = r, .cr = cr };
+	uint64_t t0 = kvfs_util_now_mono();
 	size_t nblk, size;
 	int rc;
 
@@ -200,6 +226,7 @@ int kvfs_ctl_exec(struct kvfs_ctl_session *s, struct kvfs_ctl_creds *cr,
 	}
 out_done:
 	free(x.chain);
+	ctl_time(x.c, r->op, t0);
 	if (rc) {
 		free(x.resp);
 		return rc;

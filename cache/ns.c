@@ -126,6 +126,7 @@ void kvfs_ns_add(struct kvfs_ns *ns, struct kvfs_block *b)
 		(ns->n - i) * sizeof(*ns->blocks));
 	ns->blocks[i] = b;
 	ns->n++;
+	atomic_fetch_add_explicit(&ns->st_bytes, b->size, memory_order_relaxed);
 out_unlock:
 	pthread_rwlock_unlock(&ns->lock);
 }
@@ -139,6 +140,8 @@ void kvfs_ns_del(struct kvfs_ns *ns, struct kvfs_block *b)
 		memmove(&ns->blocks[i - 1], &ns->blocks[i],
 			(ns->n - i) * sizeof(*ns->blocks));
 		ns->n--;
+		atomic_fetch_sub_explicit(&ns->st_bytes, b->size,
+					  memory_order_relaxed);
 	}
 	pthread_rwlock_unlock(&ns->lock);
 }

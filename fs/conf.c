@@ -21,7 +21,8 @@
  *                log_file (string), flush_ms 1..3600000,
  *                meta_mapsize 1M..16T, scrub_interval off|0 or a
  *                duration 1s..365d ("30s", "10m", "6h", "7d"; a bare
- *                number is seconds), scrub_rate 0..16T (bytes/s)
+ *                number is seconds), scrub_rate 0..16T (bytes/s),
+ *                metrics IPv4:port or [IPv6]:port (numeric; fs/metrics.h)
  *   [tier.dram]  capacity 4K..16T, pinned auto|yes|no (default auto;
  *                yes needs [tier.gpu] backend = cuda, checked once the
  *                whole file is read since the sections come in any order)
@@ -84,6 +85,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
+#include "fs/metrics.h"
 #include "fs/model_digest.h"
 #include "hcache/restore.h"
 #include "tier/redis_cluster.h"
@@ -461,6 +463,17 @@ bad:
 		    k->name, val);
 }
 
+/* The metrics endpoint's address, as fs/metrics.c will bind it. */
+static int set_metrics(struct conf_state *st, const struct conf_key *k,
+		       const char *val, void *field)
+{
+	const char *why;
+
+	if (kvfs_metrics_addr_parse(val, NULL, NULL, &why))
+		return fail(st, st->lineno, "%s = '%s': %s", k->name, val, why);
+	return set_str(st, k, val, field);
+}
+
 static const struct conf_key daemon_keys[] = {
 	U32("threads", struct kvfs_conf, threads, 1, 1024, false),
 	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
@@ -472,6 +485,7 @@ static const struct conf_key daemon_keys[] = {
 	{ "scrub_interval", set_scrub_interval,
 	  offsetof(struct kvfs_conf, cache.scrub_interval_ms), 0, 0, 0, false },
 	SIZE("scrub_rate", struct kvfs_conf, cache.scrub_rate, 0, 16ull << 40),
+	STR("metrics", struct kvfs_conf, metrics, set_metrics),
 	{ NULL },
 };
 

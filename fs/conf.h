@@ -21,6 +21,8 @@ struct kvfs_conf {
 	unsigned threads; /* max FUSE worker threads (default 16) */
 	int log_level; /* enum kvfs_log_level (default info) */
 	char log_file[KVFS_PARAMS_STR]; /* "" = STORE/kvfs.log when daemonised */
+	/* The Prometheus endpoint's "host:port", "" = none (fs/metrics.h). */
+	char metrics[64];
 	/* every other section: the engine's */
 	struct kvfs_cache_params cache;
 };

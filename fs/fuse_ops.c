@@ -761,10 +761,15 @@ static void kvfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct kvfs_fs *fs = fs_of(req);
 	struct kvfs_fh *fh = fh_of(fi);
+	uint64_t t0 = kvfs_util_now_mono();
 
 	/* RELEASE cannot have been sent yet: this read is still ours. */
 	atomic_fetch_add(&fh->refs, 1);
 	read_fh(req, fs, fh, size, off);
+	/* A block's read, reply included (metrics: kvfs_fuse_read_...). */
+	if (fh->kind == FH_READ)
+		kvfs_cache_hist_add(fs->c, KVFS_CACHE_HIST_READ,
+				    kvfs_util_now_mono() - t0);
 	fh_free(fs, fh);
 }
 

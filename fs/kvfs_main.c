@@ -27,6 +27,7 @@
 #include "cache/cache.h"
 #include "fs/conf.h"
 #include "fs/fuse_ops.h"
+#include "fs/metrics.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
 
@@ -247,6 +248,7 @@ static int run(const struct opts *o, int report_fd)
 	struct fuse_loop_config *lc = NULL;
 	struct fuse_session *se = NULL;
 	struct kvfs_cache *c = NULL;
+	struct kvfs_metrics *metrics = NULL;
 	struct kvfs_conf conf;
 	struct kvfs_fs fs = { .entry_timeout = 1.0, .attr_timeout = 1.0 };
 	char path[PATH_MAX], logpath[PATH_MAX] = "/dev/null";
@@ -332,6 +334,18 @@ static int run(const struct opts *o, int report_fd)
 	write_pidfile(o->store);
 	raise_readahead(o->mnt);
 	mounted = true;
+	/* Once mounted, so that a scrape never sees a store that is not
+	 * served; a port that cannot be had stops the start, as a bad
+	 * config line would.
+	 */
+	if (conf.metrics[0]) {
+		rc = kvfs_metrics_start(c, conf.metrics, &metrics);
+		if (rc) {
+			snprintf(msg, sizeof(msg), "metrics %s: %s (the log "
+				 "says why)", conf.metrics, strerror(-rc));
+			goto out_unmount;
+		}
+	}
 	notify(report_fd, "");
 	report_fd = -1;
 	svc_notify("READY=1", o->store);
@@ -364,6 +378,9 @@ static int run(const struct opts *o, int report_fd)
 	fuse_loop_cfg_destroy(lc);
 	rc = rc > 0 ? 0 : rc;
 	svc_notify("STOPPING=1", o->store);
+	/* The kernel has let go of the mount: no scrape outlives it. */
+	kvfs_metrics_stop(metrics);
+	metrics = NULL;
 	kvfs_cache_set_delete_hook(c, NULL, NULL);
 	if (nt_started) {
 		pthread_mutex_lock(&notifier.lock);
@@ -373,6 +390,7 @@ static int run(const struct opts *o, int report_fd)
 		pthread_join(nt, NULL);
 	}
 out_unmount:
+	kvfs_metrics_stop(metrics);
 	fuse_session_unmount(se);
 out_signals:
 	fuse_remove_signal_handlers(se);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "meta/hist.h"
 #include "meta/log.h"
 #include "meta/util.h"
 #include "tier/redis_cluster.h"
@@ -41,6 +42,10 @@ struct kvfs_tier_remote {
 	struct kvfs_rc *rc_bg;
 	struct kvfs_remote_mem *mem; /* backend memory */
 	atomic_uint_least64_t rejected, errors, dropped;
+	/* Round trips of the callers' client and of the write-back's
+	 * (lock-free; meta/hist.h).
+	 */
+	struct kvfs_hist rtt, rtt_bg;
 	struct kvfs_log_rl rl;
 	/* the write-back queue */
 	pthread_mutex_t lock;
@@ -75,19 +80,30 @@ int kvfs_remote_key(const char *prefix, const uint8_t root[KVFS_KEY_LEN],
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : n;
 }
 
+/* One pipeline of commands, timed as one round trip (the caller's wait,
+ * whatever nodes it spans).
+ */
 static int remote_exec(struct kvfs_tier_remote *r, struct kvfs_rc_cmd *cmd,
 		       size_t n)
 {
-	return r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
-			kvfs_rc_exec(r->rc, cmd, n);
+	uint64_t t0 = kvfs_util_now_mono();
+	int rc = r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
+			  kvfs_rc_exec(r->rc, cmd, n);
+
+	kvfs_hist_add(&r->rtt, kvfs_util_now_mono() - t0);
+	return rc;
 }
 
-/* The write-back thread's: with retries. */
+/* The write-back thread's: with retries, which its round trip includes. */
 static int remote_exec_bg(struct kvfs_tier_remote *r, struct kvfs_rc_cmd *cmd,
 			  size_t n)
 {
-	return r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
-			kvfs_rc_exec(r->rc_bg, cmd, n);
+	uint64_t t0 = kvfs_util_now_mono();
+	int rc = r->mem ? kvfs_remote_mem_exec(r->mem, cmd, n) :
+			  kvfs_rc_exec(r->rc_bg, cmd, n);
+
+	kvfs_hist_add(&r->rtt_bg, kvfs_util_now_mono() - t0);
+	return rc;
 }
 
 /* A fault of a command (not a miss, not an existing key). */
@@ -484,6 +500,8 @@ void kvfs_tier_remote_stats(struct kvfs_tier_remote *r,
 	out->queued = r->nq + r->inflight;
 	pthread_mutex_unlock(&r->lock);
 	out->nodes = r->rc ? kvfs_rc_nodes(r->rc) : 1;
+	kvfs_hist_read(&r->rtt, &out->rtt);
+	kvfs_hist_read(&r->rtt_bg, &out->rtt_bg);
 }
 
 /* ---- the tier base ---- */

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "meta/fmt.h"
+#include "meta/hist.h"
 #include "tier/tier.h"
 
 enum kvfs_remote_backend {
@@ -93,6 +94,11 @@ struct kvfs_remote_stats {
 	uint64_t queued; /* blocks waiting in the write-back queue */
 	uint64_t dropped; /* queued blocks dropped (full, or failed) */
 	uint64_t nodes; /* masters in the slot map (memory: 1) */
+	/* Round trips: one pipeline of commands, from send to the last
+	 * reply (a miss, a fault or a timeout included), of the callers'
+	 * client and of the write-back's (its retries included).
+	 */
+	struct kvfs_hist_snap rtt, rtt_bg;
 };
 
 struct kvfs_tier_remote;
