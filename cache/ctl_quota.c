@@ -193,7 +193,8 @@ static int quota_walk(struct kvfs_cache *c, struct kvfs_ns *ns,
 		q->used = UINT64_MAX;
 		return rc;
 	}
-	qsort(q->v, n, sizeof(*q->v), cmp_victim);
+	if (n)
+		qsort(q->v, n, sizeof(*q->v), cmp_victim);
 	q->nv = n;
 	return 0;
 }

@@ -56,6 +56,22 @@ t_errno() {
 	fi
 }
 
+# kvfs_san_env LIB: SAN_ENV gets the env assignments that a program which
+# is not instrumented (python3, a client a test compiles) needs to load
+# LIB when LIB is a sanitizer build's: its runtime first, and no leak
+# report for the interpreter's own. Empty for a plain build.
+SAN_ENV=()
+kvfs_san_env() {
+	local asan
+	SAN_ENV=()
+	asan=$(ldd "$1" 2>/dev/null | awk '/libasan/ { print $3 }')
+	if [ -n "$asan" ]; then
+		SAN_ENV=(LD_PRELOAD="$asan"
+			ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+	fi
+	return 0
+}
+
 # t_cmocka TAG PROGRAM [ARGS...]: run a cmocka program against the mount
 # and count each of its tests as one of ours.
 t_cmocka() {

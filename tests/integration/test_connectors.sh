@@ -13,6 +13,10 @@ fi
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH=$SRC/client
 export KVFS_LIB=$BIN/../lib/libkvfs.so
+# Everything python3 runs here loads libkvfs.so: with a sanitizer build,
+# its runtime goes first (lib.sh).
+kvfs_san_env "$KVFS_LIB"
+[ "${#SAN_ENV[@]}" -eq 0 ] || export "${SAN_ENV[@]}"
 
 kvfs_mkfs 64M
 {

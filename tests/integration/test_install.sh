@@ -46,7 +46,8 @@ int main(void)
 EOC
 t_check "a program builds against the installed header and library" \
 	sh -c "cc -o '$T_DIR/use' '$T_DIR/use.c' $(pc --cflags --libs kvfs) -lcrypto -lisal -lpthread"
-t_check "and runs" env LD_LIBRARY_PATH="$ROOT/usr/lib" "$T_DIR/use"
+kvfs_san_env "$ROOT/usr/lib/libkvfs.so"
+t_check "and runs" env "${SAN_ENV[@]}" LD_LIBRARY_PATH="$ROOT/usr/lib" "$T_DIR/use"
 t_check "the Python module imports and loads the installed library" \
 	env PYTHONPATH="$ROOT/usr/lib/python3/dist-packages" KVFS_LIB="$ROOT/usr/lib/libkvfs.so" \
 	python3 -c 'import kvfs; kvfs.Client' 

@@ -90,7 +90,8 @@ gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 k1=$(gen make "$T_DIR/a.kv" "${GEOM[@]}" --parent root --start-pos 0 --tokens "$(seq -s, 100 115)")
 k2=$(gen make "$T_DIR/b.kv" "${GEOM[@]}" --parent "$k1" --start-pos 16 --tokens "$(seq -s, 116 131)")
 cp "$T_DIR/a.kv" "$MNT/$NS/$k1.kv" && cp "$T_DIR/b.kv" "$MNT/$NS/$k2.kv"
-out=$(KVFS_LIB="$LIB" PYTHONPATH="$ROOT/client" PYTHONDONTWRITEBYTECODE=1 \
+kvfs_san_env "$LIB"
+out=$(env "${SAN_ENV[@]}" KVFS_LIB="$LIB" PYTHONPATH="$ROOT/client" PYTHONDONTWRITEBYTECODE=1 \
 	python3 - "$MNT" "$NS" "$k1" "$k2" 2>&1 <<'PYEOF'
 import sys, kvfs
 mnt, ns, keys = sys.argv[1], sys.argv[2], [bytes.fromhex(k) for k in sys.argv[3:]]

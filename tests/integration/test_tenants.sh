@@ -110,7 +110,8 @@ t_check "$UB pins its block (xattr? no: ctl)" test "$(asB "$TC" "$MNT" b pin "$K
 t_check "b's pin shows" test "$(getfattr --only-values -n user.kvfs.pin "$MNT/b/$KB.kv")" = dram
 
 # model_digest: the client computes the root key the daemon stores.
-py_root=$(KVFS_LIB="$(dirname "$BIN")/lib/libkvfs.so" PYTHONPATH="$(dirname "$0")/../../client" \
+kvfs_san_env "$(dirname "$BIN")/lib/libkvfs.so"
+py_root=$(env "${SAN_ENV[@]}" KVFS_LIB="$(dirname "$BIN")/lib/libkvfs.so" PYTHONPATH="$(dirname "$0")/../../client" \
 	python3 -c 'import kvfs; print(kvfs.root_key("b", None, "sha256:tenant-b").hex())' 2>&1)
 t_check "kvfs.root_key(ns, salt, model_digest) is b's user.kvfs.root ($py_root)" test "$py_root" = "$root_b"
 

@@ -20,6 +20,10 @@ ENG=$BIN/kvfs-torch-engine
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH=$SRC/client
 export KVFS_LIB=$BIN/../lib/libkvfs.so
+# Everything python3 runs here loads libkvfs.so: with a sanitizer build,
+# its runtime goes first (lib.sh).
+kvfs_san_env "$KVFS_LIB"
+[ "${#SAN_ENV[@]}" -eq 0 ] || export "${SAN_ENV[@]}"
 CK=$T_DIR/ck
 
 # prompts SEED FILE: two system prefixes of 40 tokens, seven prompts.
