@@ -755,9 +755,12 @@ static int cmd_fsck(int argc, char **argv)
 	printf("%s: %" PRIu64 " blocks, %" PRIu64 " verify, %" PRIu64
 	       " bad, %" PRIu64 " bad chunk CRC tables, %" PRIu64
 	       " free-map errors, %" PRIu64 " orphan ranges (%" PRIu64
-	       " bytes), %" PRIu64 " overlaps; %s\n",
+	       " bytes), %" PRIu64 " orphan chunk CRC tables, %" PRIu64
+	       " keys with orphan chunk scores (%" PRIu64 " entries), %" PRIu64
+	       " overlaps; %s\n",
 	       store, r.records, r.good, r.bad, r.ccrc_bad, r.free_errors,
-	       r.orphans, r.orphan_bytes, r.overlaps,
+	       r.orphans, r.orphan_bytes, r.ccrc_orphans, r.score_orphans,
+	       r.score_orphan_records, r.overlaps,
 	       rc == KVFS_FSCK_CLEAN	? "clean" :
 	       rc == KVFS_FSCK_REPAIRED ? "errors repaired" :
 					  "errors left");

@@ -41,6 +41,12 @@ struct range {
 	uint64_t off, len;
 };
 
+/* A chunk CRC table or chunk scores under a key with no block record. */
+struct side {
+	uint8_t key[KVFS_KEY_LEN];
+	uint32_t n; /* score entries; 0 for a table */
+};
+
 struct fsck {
 	struct kvfs_store *s;
 	FILE *out;
@@ -52,6 +58,10 @@ struct fsck {
 	size_t n_recs, cap_recs;
 	struct range *free;
 	size_t n_free, cap_free;
+	struct side *ccrc_orph;
+	size_t n_ccrc_orph, cap_ccrc_orph;
+	struct side *score_orph;
+	size_t n_score_orph, cap_score_orph;
 	struct kvfs_fsck_report rep;
 };
 
@@ -115,6 +125,52 @@ static int free_cb(uint64_t off, uint64_t len, void *arg)
 		return -ENOMEM;
 	f->free[f->n_free++] = (struct range){ off, len };
 	return 0;
+}
+
+static int cmp_key(const void *key, const void *elem)
+{
+	const struct frec *x = elem;
+
+	return memcmp(key, x->key, KVFS_KEY_LEN);
+}
+
+/* Whether @key has a block record, readable or not.  The records were
+ * read by a key-order walk, so they are sorted by key.
+ */
+static bool has_record(const struct fsck *f, const uint8_t *key)
+{
+	return f->n_recs &&
+	       bsearch(key, f->recs, f->n_recs, sizeof(*f->recs), cmp_key);
+}
+
+static int side_add(struct side **arr, size_t *n, size_t *cap,
+		    const uint8_t *key, uint32_t cnt)
+{
+	if (grow((void **)arr, cap, *n, sizeof(**arr)))
+		return -ENOMEM;
+	memcpy((*arr)[*n].key, key, KVFS_KEY_LEN);
+	(*arr)[(*n)++].n = cnt;
+	return 0;
+}
+
+static int ccrc_cb(const uint8_t *key, void *arg)
+{
+	struct fsck *f = arg;
+
+	if (has_record(f, key))
+		return 0;
+	return side_add(&f->ccrc_orph, &f->n_ccrc_orph, &f->cap_ccrc_orph, key,
+			0);
+}
+
+static int score_cb(const uint8_t *key, uint32_t n, void *arg)
+{
+	struct fsck *f = arg;
+
+	if (has_record(f, key))
+		return 0;
+	return side_add(&f->score_orph, &f->n_score_orph, &f->cap_score_orph,
+			key, n);
 }
 
 static const struct fns *ns_by_id(const struct fsck *f, uint32_t id)
@@ -457,7 +513,37 @@ static void check_free_use(struct fsck *f, const size_t *idx, size_t n,
 	free(fr);
 }
 
-/* One transaction: drop bad records and tables, rewrite the free map. */
+/* Side records whose block record does not exist: one line per key and
+ * kind.  Only a block's deletion removes them, so without a block they
+ * stay for good.
+ */
+static void check_side(struct fsck *f)
+{
+	const char *fix = f->flags & KVFS_FSCK_REPAIR ? ": dropped" : "";
+	char hex[KVFS_KEY_HEX_LEN + 1];
+
+	for (size_t i = 0; i < f->n_ccrc_orph; i++) {
+		kvfs_fmt_key_hex(f->ccrc_orph[i].key, hex);
+		fprintf(f->out,
+			"block %s: orphan chunk CRC table (no block "
+			"record)%s\n",
+			hex, fix);
+	}
+	for (size_t i = 0; i < f->n_score_orph; i++) {
+		kvfs_fmt_key_hex(f->score_orph[i].key, hex);
+		fprintf(f->out,
+			"block %s: orphan chunk scores, %" PRIu32
+			" entries (no block record)%s\n",
+			hex, f->score_orph[i].n, fix);
+		f->rep.score_orphan_records += f->score_orph[i].n;
+	}
+	f->rep.ccrc_orphans = f->n_ccrc_orph;
+	f->rep.score_orphans = f->n_score_orph;
+}
+
+/* One transaction: drop bad records and tables and orphan side records,
+ * rewrite the free map.
+ */
 static int repair(struct fsck *f, const struct range *want, size_t n_want,
 		  bool rewrite_free)
 {
@@ -480,6 +566,10 @@ static int repair(struct fsck *f, const struct range *want, size_t n_want,
 			rc = kvfs_meta_ccrc_del(t, x->key);
 		}
 	}
+	for (size_t i = 0; i < f->n_ccrc_orph && !rc; i++)
+		rc = kvfs_meta_ccrc_del(t, f->ccrc_orph[i].key);
+	for (size_t i = 0; i < f->n_score_orph && !rc; i++)
+		rc = kvfs_meta_score_del_block(t, f->score_orph[i].key);
 	if (!rc && rewrite_free) {
 		rc = kvfs_meta_free_clear(t);
 		for (size_t i = 0; i < n_want && !rc; i++)
@@ -505,6 +595,11 @@ static int load(struct fsck *f)
 		rc = kvfs_meta_blk_foreach(t, blk_cb, f);
 	if (!rc)
 		rc = kvfs_meta_free_foreach(t, free_cb, f);
+	/* In the same transaction as the records they are judged against. */
+	if (!rc)
+		rc = kvfs_meta_ccrc_foreach(t, ccrc_cb, f);
+	if (!rc)
+		rc = kvfs_meta_score_foreach(t, score_cb, f);
 	for (size_t i = 0; i < f->n_recs && !rc; i++)
 		check_record(f, t, &f->recs[i]);
 	kvfs_meta_txn_abort(t);
@@ -539,8 +634,9 @@ static int run(struct fsck *f)
 	check_overlaps(f, idx_all, n_all);
 	check_free_shape(f);
 	check_free_use(f, idx_all, n_all, want_all, n_want_all);
+	check_side(f);
 	errs = f->rep.bad + f->rep.ccrc_bad + f->rep.free_errors +
-	       f->rep.orphans;
+	       f->rep.orphans + f->rep.ccrc_orphans + f->rep.score_orphans;
 	if (rep_mode && errs) {
 		rc = repair(f, want, n_want,
 			    f->rep.bad || f->rep.free_errors || f->rep.orphans);
@@ -582,6 +678,8 @@ out_store:
 	free(f.ns);
 	free(f.recs);
 	free(f.free);
+	free(f.ccrc_orph);
+	free(f.score_orph);
 	if (rep)
 		*rep = f.rep;
 	if (rc)

@@ -10,7 +10,10 @@
  * map: its entries (inside the file, aligned, sorted, merged, not
  * overlapping), and its accounting against the records: space the map
  * calls free that a record holds, and space neither free nor held by any
- * record (an orphan allocation).
+ * record (an orphan allocation).  Last, the per-block side records: a
+ * chunk CRC table or chunk scores under a key that has no block record
+ * at all (left by a crash between transactions, an older bug, or a hand
+ * edit) are orphans too.
  *
  * Everything lives here, in meta/: the store, its records and the block
  * format are this layer's, and reading the data file is a plain pread.
@@ -19,9 +22,10 @@
  * block fails (or that cannot be read at all) is deleted with its chunk
  * CRCs and scores; a chunk CRC table that is damaged or disagrees with a
  * block that verifies is deleted (reads then check the whole block); the
- * free map is rewritten as the complement of the records kept.  A block
- * that verifies is never removed.  Two records that verify and overlap
- * cannot be repaired: that is an error left.
+ * free map is rewritten as the complement of the records kept; orphan
+ * chunk CRC tables and scores are deleted.  A block that verifies is
+ * never removed.  Two records that verify and overlap cannot be
+ * repaired: that is an error left.
  *
  * Not thread-safe with itself on one store; the store lock (flock on
  * data.kvd) keeps a daemon out while it runs.
@@ -54,6 +58,9 @@ struct kvfs_fsck_report {
 	uint64_t orphans; /* ranges allocated but held by no record */
 	uint64_t orphan_bytes;
 	uint64_t overlaps; /* pairs of records sharing bytes */
+	uint64_t ccrc_orphans; /* chunk CRC tables of no block record */
+	uint64_t score_orphans; /* block keys with scores but no record */
+	uint64_t score_orphan_records; /* the score entries under those keys */
 	uint64_t repaired; /* errors fixed */
 	uint64_t left; /* errors not fixed */
 };
@@ -63,7 +70,10 @@ struct kvfs_fsck_report {
  * at @dir, which must not be mounted.
  * @flags: enum kvfs_fsck_flags.
  * @out:   where every finding is printed, one line each, naming the
- *         block by key ("block KEY (ns NAME, extent OFF+LEN): REASON").
+ *         block by key ("block KEY (ns NAME, extent OFF+LEN): REASON";
+ *         "block KEY: REASON" for a record that cannot be read and for
+ *         side records without a block record, one line per key and
+ *         kind).
  * @rep:   if not NULL, receives the counts.
  *
  * Returns KVFS_FSCK_CLEAN, KVFS_FSCK_REPAIRED (errors found, all

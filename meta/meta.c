@@ -1013,6 +1013,42 @@ int kvfs_meta_ccrc_del(struct kvfs_meta_txn *t,
 	return rc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(rc);
 }
 
+int kvfs_meta_ccrc_foreach(struct kvfs_meta_txn *t,
+			   int (*fn)(const uint8_t *key, void *arg), void *arg)
+{
+	uint8_t key[KVFS_KEY_LEN];
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc = 0, mrc;
+
+	mrc = mdb_cursor_open(t->txn, t->m->dbi_ccrc, &c);
+	if (mrc)
+		return kvfs_meta_errno(mrc);
+	mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	while (mrc == 0) {
+		if (k.mv_size != KVFS_KEY_LEN) {
+			char kb[80];
+
+			kvfs_err("meta: ccrc entry with a %zu-byte key %s skipped",
+				 k.mv_size,
+				 key_desc(k.mv_data, k.mv_size, kb,
+					  sizeof(kb)));
+			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+			continue;
+		}
+		/* A copy: @fn may change the database under the cursor. */
+		memcpy(key, k.mv_data, sizeof(key));
+		rc = fn(key, arg);
+		if (rc)
+			goto out_close;
+		mrc = cursor_next(t, c, key, sizeof(key), &k, &v);
+	}
+	rc = mrc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(mrc);
+out_close:
+	mdb_cursor_close(c);
+	return rc;
+}
+
 /* ---- chunk scores ---- */
 
 #define SCORE_KEY_LEN (KVFS_KEY_LEN + 4)
@@ -1101,4 +1137,69 @@ int kvfs_meta_score_del_block(struct kvfs_meta_txn *t,
 	}
 	mdb_cursor_close(c);
 	return mrc == MDB_NOTFOUND || mrc == 0 ? 0 : kvfs_meta_errno(mrc);
+}
+
+/* Whether the cursor's entry @k lies under block key @key. */
+static bool score_under(const MDB_val *k, const uint8_t *key)
+{
+	return k->mv_size >= KVFS_KEY_LEN &&
+	       !memcmp(k->mv_data, key, KVFS_KEY_LEN);
+}
+
+int kvfs_meta_score_foreach(struct kvfs_meta_txn *t,
+			    int (*fn)(const uint8_t *key, uint32_t n,
+				      void *arg),
+			    void *arg)
+{
+	uint8_t key[KVFS_KEY_LEN];
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint32_t n;
+	int rc = 0, mrc;
+
+	mrc = mdb_cursor_open(t->txn, t->m->dbi_score, &c);
+	if (mrc)
+		return kvfs_meta_errno(mrc);
+	mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	while (mrc == 0) {
+		if (k.mv_size < KVFS_KEY_LEN) {
+			char kb[80];
+
+			kvfs_err("meta: score entry with a %zu-byte key %s skipped",
+				 k.mv_size,
+				 key_desc(k.mv_data, k.mv_size, kb,
+					  sizeof(kb)));
+			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+			continue;
+		}
+		/* One block's entries are adjacent: count them, leaving the
+		 * cursor on the next block's first entry.
+		 */
+		memcpy(key, k.mv_data, sizeof(key));
+		n = 0;
+		do {
+			if (n < UINT32_MAX)
+				n++;
+			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+		} while (mrc == 0 && score_under(&k, key));
+		if (mrc && mrc != MDB_NOTFOUND)
+			break;
+		rc = fn(key, n, arg);
+		if (rc)
+			goto out_close;
+		if (t->rdonly)
+			continue;
+		/* @fn may have deleted entries: seek again past @key's.  The
+		 * bare block key sorts before every entry under it.
+		 */
+		k.mv_data = key;
+		k.mv_size = sizeof(key);
+		mrc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		while (mrc == 0 && score_under(&k, key))
+			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	rc = mrc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(mrc);
+out_close:
+	mdb_cursor_close(c);
+	return rc;
 }

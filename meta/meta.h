@@ -257,6 +257,17 @@ int kvfs_meta_ccrc_get(struct kvfs_meta_txn *t, const uint8_t key[KVFS_KEY_LEN],
 		       uint32_t *crc, size_t n);
 int kvfs_meta_ccrc_del(struct kvfs_meta_txn *t,
 		       const uint8_t key[KVFS_KEY_LEN]);
+/*
+ * kvfs_meta_ccrc_foreach() - call @fn with the key of each chunk CRC
+ *   table, in key order, whether or not its block record exists (fsck
+ *   looks for tables left without one).  The value is not read: a damaged
+ *   table is passed like a good one.  An entry whose key is not
+ *   KVFS_KEY_LEN bytes is logged and skipped.  @fn may delete the current
+ *   key's table in a write transaction.
+ *   Returns 0, the nonzero value of @fn that stopped the walk, or -errno.
+ */
+int kvfs_meta_ccrc_foreach(struct kvfs_meta_txn *t,
+			   int (*fn)(const uint8_t *key, void *arg), void *arg);
 
 /*
  * Chunk scores, keyed by block key and chunk index (the chunk as a
@@ -276,6 +287,20 @@ int kvfs_meta_score_get(struct kvfs_meta_txn *t,
 			double *i, uint64_t *f);
 int kvfs_meta_score_del_block(struct kvfs_meta_txn *t,
 			      const uint8_t key[KVFS_KEY_LEN]);
+/*
+ * kvfs_meta_score_foreach() - call @fn once per block key that has score
+ *   entries, in key order, with @n the number of entries whose key starts
+ *   with it (one per chunk; an entry of another key length under the same
+ *   block key is counted too, as kvfs_meta_score_del_block() removes it).
+ *   Values are not read.  An entry whose key is shorter than KVFS_KEY_LEN
+ *   is logged and skipped.  @fn may delete @key's scores in a write
+ *   transaction.
+ *   Returns 0, the nonzero value of @fn that stopped the walk, or -errno.
+ */
+int kvfs_meta_score_foreach(struct kvfs_meta_txn *t,
+			    int (*fn)(const uint8_t *key, uint32_t n,
+				      void *arg),
+			    void *arg);
 
 /* Map an LMDB return code to -errno (exported for tests). */
 int kvfs_meta_errno(int mdb_rc);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvfsctl's admin verbs on a real mount (top, pin/unpin/evict, ls, df,
-# scrub) and fsck on a clean, a corrupted and a repaired store.
+# scrub) and fsck on a clean, a corrupted and a repaired store, and on
+# one with orphan chunk CRC tables and scores.
 . "$(dirname "$0")/lib.sh"
 
 CTL=$BIN/kvfsctl
@@ -100,6 +101,30 @@ out=$("$CTL" fsck --repair "$STORE" 2>&1); rc=$?
 t_check "fsck --repair exits 1" test "$rc" = 1
 out=$("$CTL" fsck "$STORE" 2>&1); rc=$?
 t_check "a second fsck exits 0 ($(tail -n1 <<<"$out"))" test "$rc" = 0
+# Side records whose block record does not exist (a crash between
+# transactions): a chunk CRC table with scores, and scores alone.
+ko1=00112233445566778899aabbccddeeff
+ko2=ffeeddccbbaa99887766554433221100
+read -r nccrc nscore < <("$EDIT" sides "$STORE")
+t_check "the blocks kept have chunk CRC tables ($nccrc)" test "${nccrc:-0}" -gt 0
+t_check "store_edit refuses a key that has a record" bash -c '! "$1" ccrc "$2" "$3" 2>/dev/null' _ "$EDIT" "$STORE" "$(sed -n 3p <<<"$keys")"
+t_check "plant an orphan chunk CRC table" "$EDIT" ccrc "$STORE" "$ko1"
+t_check "plant orphan scores beside it" "$EDIT" score "$STORE" "$ko1" 3
+t_check "plant orphan scores alone" "$EDIT" score "$STORE" "$ko2" 2
+out=$("$CTL" fsck "$STORE" 2>&1); rc=$?
+t_check "fsck of a store with orphan side records exits 4" test "$rc" = 4
+t_check "it names the orphan table" grep -qx "block $ko1: orphan chunk CRC table (no block record)" <<<"$out"
+t_check "it names the orphan scores" grep -qx "block $ko1: orphan chunk scores, 3 entries (no block record)" <<<"$out"
+t_check "and the scores alone" grep -qx "block $ko2: orphan chunk scores, 2 entries (no block record)" <<<"$out"
+t_check "nothing else is reported" test "$(grep -c '^block \|^orphan: \|^free map: ' <<<"$out")" = 3
+t_check "the summary counts them" grep -q " 1 orphan chunk CRC tables, 2 keys with orphan chunk scores (5 entries), .*; errors left$" <<<"$out"
+out=$("$CTL" fsck --repair "$STORE" 2>&1); rc=$?
+t_check "fsck --repair drops them, exit 1" test "$rc" = 1
+t_check "each one dropped" test "$(grep -c "^block $ko1: .*: dropped$\|^block $ko2: .*: dropped$" <<<"$out")" = 3
+out=$("$CTL" fsck "$STORE" 2>&1); rc=$?
+t_check "a fsck after the repair exits 0 ($(tail -n1 <<<"$out"))" test "$rc" = 0
+t_check "and finds no orphan side record" grep -q " 0 orphan chunk CRC tables, 0 keys with orphan chunk scores (0 entries), " <<<"$out"
+t_check "the kept blocks' tables and scores are all still there" test "$("$EDIT" sides "$STORE")" = "$nccrc $nscore"
 t_check "mount the repaired store" kvfs_mount
 t_check "the bad blocks are gone" test ! -e "$MNT/$NS/$kflip.kv" -a ! -e "$MNT/$NS/$kgone.kv"
 ok=1

@@ -502,6 +502,193 @@ static void test_persist(void **state)
 	tdir_remove(&d);
 }
 
+/* ---- walks over the keys (fsck's orphan check) ---- */
+
+struct walk {
+	uint8_t keys[8][KVFS_KEY_LEN];
+	uint32_t n[8];
+	size_t calls;
+	size_t stop_at; /* return 99 on this call (1-based); 0 never */
+	struct kvfs_meta_txn *del; /* delete each key's records in it */
+};
+
+static int walk_ccrc_cb(const uint8_t *key, void *arg)
+{
+	struct walk *w = arg;
+
+	assert_true(w->calls < 8);
+	memcpy(w->keys[w->calls++], key, KVFS_KEY_LEN);
+	if (w->del)
+		assert_int_equal(kvfs_meta_ccrc_del(w->del, key), 0);
+	return w->calls == w->stop_at ? 99 : 0;
+}
+
+static int walk_score_cb(const uint8_t *key, uint32_t n, void *arg)
+{
+	struct walk *w = arg;
+
+	assert_true(w->calls < 8);
+	w->n[w->calls] = n;
+	memcpy(w->keys[w->calls++], key, KVFS_KEY_LEN);
+	if (w->del)
+		assert_int_equal(kvfs_meta_score_del_block(w->del, key), 0);
+	return w->calls == w->stop_at ? 99 : 0;
+}
+
+static void test_ccrc_foreach(void **state)
+{
+	struct kvfs_meta *m = mem_open();
+	struct kvfs_meta_txn *t = txn(m, false);
+	uint8_t k[3][KVFS_KEY_LEN];
+	uint32_t crc[2] = { 5, 6 }, got[2];
+	struct walk w = { 0 };
+
+	/* Put out of order; the walk is in key order. */
+	mkkey(k[0], 0x0001);
+	mkkey(k[1], 0x0100);
+	mkkey(k[2], 0x0102);
+	assert_int_equal(kvfs_meta_ccrc_foreach(t, walk_ccrc_cb, &w), 0);
+	assert_int_equal(w.calls, 0);
+	assert_int_equal(kvfs_meta_ccrc_put(t, k[2], crc, 2), 0);
+	assert_int_equal(kvfs_meta_ccrc_put(t, k[0], crc, 1), 0);
+	assert_int_equal(kvfs_meta_ccrc_put(t, k[1], crc, 2), 0);
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+
+	t = txn(m, true);
+	assert_int_equal(kvfs_meta_ccrc_foreach(t, walk_ccrc_cb, &w), 0);
+	assert_int_equal(w.calls, 3);
+	for (size_t i = 0; i < 3; i++)
+		assert_memory_equal(w.keys[i], k[i], KVFS_KEY_LEN);
+	memset(&w, 0, sizeof(w));
+	w.stop_at = 2;
+	assert_int_equal(kvfs_meta_ccrc_foreach(t, walk_ccrc_cb, &w), 99);
+	assert_int_equal(w.calls, 2);
+	kvfs_meta_txn_abort(t);
+
+	/* Deleting each key as it is visited visits each once. */
+	t = txn(m, false);
+	memset(&w, 0, sizeof(w));
+	w.del = t;
+	assert_int_equal(kvfs_meta_ccrc_foreach(t, walk_ccrc_cb, &w), 0);
+	assert_int_equal(w.calls, 3);
+	for (size_t i = 0; i < 3; i++) {
+		assert_memory_equal(w.keys[i], k[i], KVFS_KEY_LEN);
+		assert_int_equal(kvfs_meta_ccrc_get(t, k[i], got, 2), -ENOENT);
+	}
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+	kvfs_meta_free(m);
+}
+
+static void test_score_foreach(void **state)
+{
+	struct kvfs_meta *m = mem_open();
+	struct kvfs_meta_txn *t = txn(m, false);
+	uint8_t lo[KVFS_KEY_LEN], k[KVFS_KEY_LEN], hi[KVFS_KEY_LEN];
+	struct walk w = { 0 };
+	double i;
+	uint64_t f;
+
+	/* Neighbours one byte apart: the grouping is by the whole key. */
+	mkkey(k, 0x0101);
+	memcpy(lo, k, KVFS_KEY_LEN);
+	lo[15]--;
+	memcpy(hi, k, KVFS_KEY_LEN);
+	hi[15]++;
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 0);
+	for (uint32_t j = 0; j < 1000; j++)
+		assert_int_equal(kvfs_meta_score_put(t, k, j * 3, j, j), 0);
+	for (uint32_t j = 0; j < 5; j++)
+		assert_int_equal(kvfs_meta_score_put(t, lo, j, 1, 1), 0);
+	assert_int_equal(kvfs_meta_score_put(t, lo, 0xffffffffu, 1, 1), 0);
+	assert_int_equal(kvfs_meta_score_put(t, hi, 0, 2, 2), 0);
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+
+	t = txn(m, true);
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 3);
+	assert_memory_equal(w.keys[0], lo, KVFS_KEY_LEN);
+	assert_int_equal(w.n[0], 6);
+	assert_memory_equal(w.keys[1], k, KVFS_KEY_LEN);
+	assert_int_equal(w.n[1], 1000);
+	assert_memory_equal(w.keys[2], hi, KVFS_KEY_LEN);
+	assert_int_equal(w.n[2], 1);
+	memset(&w, 0, sizeof(w));
+	w.stop_at = 1;
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 99);
+	assert_int_equal(w.calls, 1);
+	kvfs_meta_txn_abort(t);
+
+	/* Deleting each block's scores as it is visited visits each once;
+	 * and so does a walk where nothing is deleted in a write txn.
+	 */
+	t = txn(m, false);
+	memset(&w, 0, sizeof(w));
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 3);
+	memset(&w, 0, sizeof(w));
+	w.del = t;
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 3);
+	assert_int_equal(w.n[1], 1000);
+	assert_int_equal(kvfs_meta_score_get(t, k, 3, &i, &f), -ENOENT);
+	assert_int_equal(kvfs_meta_score_get(t, lo, 0, &i, &f), -ENOENT);
+	assert_int_equal(kvfs_meta_score_get(t, hi, 0, &i, &f), -ENOENT);
+	memset(&w, 0, sizeof(w));
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 0);
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+	kvfs_meta_free(m);
+}
+
+/* Entries of the wrong key length, as only a hand edit makes them. */
+static void test_foreach_odd_keys(void **state)
+{
+	struct tdir d;
+	struct kvfs_meta *m;
+	struct kvfs_meta_txn *t;
+	struct kvfs_meta_score rec = { .magic = KVFS_META_SCORE_MAGIC,
+				       .version = KVFS_META_VERSION };
+	uint8_t k[KVFS_KEY_LEN], kb[KVFS_KEY_LEN + 1];
+	struct walk w = { 0 };
+	MDB_env *env;
+
+	tdir_make(&d);
+	assert_int_equal(kvfs_meta_open(d.env, 0,
+					KVFS_META_CREATE | KVFS_META_NOSYNC,
+					&m),
+			 0);
+	mkkey(k, 7);
+	t = txn(m, false);
+	assert_int_equal(kvfs_meta_ccrc_put(t, k, (uint32_t[]){ 1 }, 1), 0);
+	assert_int_equal(kvfs_meta_score_put(t, k, 0, 1, 1), 0);
+	assert_int_equal(kvfs_meta_txn_commit(t), 0);
+	kvfs_meta_free(m);
+
+	env = raw_open(d.env);
+	raw_put(env, "ccrc", "short", 5, &rec, sizeof(rec));
+	raw_put(env, "score", "tiny", 4, &rec, sizeof(rec));
+	/* 17 bytes under k: counted with k's scores. */
+	memcpy(kb, k, KVFS_KEY_LEN);
+	kb[KVFS_KEY_LEN] = 1;
+	raw_put(env, "score", kb, sizeof(kb), &rec, sizeof(rec));
+	mdb_env_close(env);
+
+	assert_int_equal(kvfs_meta_open(d.env, 0, KVFS_META_NOSYNC, &m), 0);
+	t = txn(m, true);
+	assert_int_equal(kvfs_meta_ccrc_foreach(t, walk_ccrc_cb, &w), 0);
+	assert_int_equal(w.calls, 1);
+	assert_memory_equal(w.keys[0], k, KVFS_KEY_LEN);
+	memset(&w, 0, sizeof(w));
+	assert_int_equal(kvfs_meta_score_foreach(t, walk_score_cb, &w), 0);
+	assert_int_equal(w.calls, 1);
+	assert_memory_equal(w.keys[0], k, KVFS_KEY_LEN);
+	assert_int_equal(w.n[0], 2);
+	kvfs_meta_txn_abort(t);
+	kvfs_meta_free(m);
+	tdir_remove(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +699,9 @@ int main(void)
 		cmocka_unit_test(test_score_del_block),
 		cmocka_unit_test(test_score_damaged),
 		cmocka_unit_test(test_persist),
+		cmocka_unit_test(test_ccrc_foreach),
+		cmocka_unit_test(test_score_foreach),
+		cmocka_unit_test(test_foreach_odd_keys),
 	};
 
 	/* Refusals log by design; keep the test output readable. */
