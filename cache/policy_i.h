@@ -149,6 +149,52 @@ int kvfs_pghost_add(struct kvfs_pghost *g, const uint8_t key[16],
 		    uint64_t size);
 bool kvfs_pghost_take(struct kvfs_pghost *g, const uint8_t key[16]);
 
+/* policy_mini.c */
+
+/*
+ * A miniature simulation (Waldspurger et al., USENIX ATC '17): a shadow
+ * one-tier cache run by a policy's ops over the references a real policy
+ * sees to a hash-sampled 1/2^@shift of the key space, with 1/2^@shift of
+ * its capacity.  A chain below depth @depth is sampled by its ancestor at
+ * that depth, so a sampled prefix chain keeps its tree in the shadow.
+ * Writes hist[0] of the real nodes it samples (the sampling hash), so the
+ * real policy must leave that word alone.  Same locking as every policy
+ * call: under the real policy's lock.
+ */
+struct kvfs_pmini {
+	struct kvfs_policy p;       /* the shadow policy, tier 0 only */
+	struct mini_node **tab;     /* resident nodes by key (open addressing) */
+	size_t tcap, tn;            /* slots (power of two), used */
+	struct mini_node **stk;     /* scratch for discards */
+	struct mini_node *free;     /* recycled nodes, through ->next */
+	size_t stkcap;
+	struct kvfs_pclock clock;   /* one stamp per request: the pin */
+	uint32_t shift, depth;
+	uint64_t refs, hits;        /* references seen, of them hits */
+	bool ready;
+};
+
+/*
+ * kvfs_pmini_init() - a shadow of @cap units run by @ops with the @n
+ *   options @keys = @vals, sampling 1/2^@shift of chains split at @depth.
+ *   0, -ENOMEM, or the policy's set()/init() error.
+ * kvfs_pmini_release() - free it (idempotent after init).
+ * kvfs_pmini_sampled() - whether real node @n is in @m's sample (caches
+ *   the sampling hash in n->hist[0]).
+ * kvfs_pmini_ref() - a reference to real node @n (sampled), root-most
+ *   first within a request: a hit counts in @m->hits and is an access; a
+ *   miss is cached (making room through the shadow policy's victims,
+ *   each with its resident descendants) unless its sampled parent is not
+ *   resident.  Out of memory: the reference is dropped.
+ */
+int kvfs_pmini_init(struct kvfs_pmini *m, const struct kvfs_policy_ops *ops,
+		    const char *const *keys, const char *const *vals, size_t n,
+		    uint64_t cap, uint32_t shift, uint32_t depth);
+void kvfs_pmini_release(struct kvfs_pmini *m);
+bool kvfs_pmini_sampled(const struct kvfs_pmini *m, struct kvfs_pnode *n);
+void kvfs_pmini_ref(struct kvfs_pmini *m, struct kvfs_pnode *n,
+		    const struct kvfs_paccess *a);
+
 /* Sizes of one tier's ARC lists, in pnode->size units. */
 struct kvfs_arc_state {
 	uint64_t c;                  /* capacity of the tier */

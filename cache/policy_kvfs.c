@@ -28,13 +28,30 @@
  *    order stamp, deepest first.  `prob` (per mille) keeps a share of a
  *    tier for probation; the default 0 always evicts probation first.
  *
+ *  - The horizon chooses itself.  How long a first sight is remembered
+ *    (`window`) is what traces disagree on: some reuse a block many
+ *    capacities later, some within a few.  Miniature simulations
+ *    (policy_mini.c) run this policy with each candidate horizon (8 and
+ *    16 capacities) over the prefix chains whose root hashes into a
+ *    sample (the largest rate of 1/2^k that leaves a shadow 512 blocks),
+ *    on capacities scaled alike; every shadow-capacity of sampled
+ *    references the real policy takes the horizon of a shadow whose
+ *    decayed hits lead by 5%.  With shadows on, the sketch is sized for
+ *    32 capacities, so fewer first sights pass for second ones.
+ *
  * Options (for the ablation; the defaults are the one configuration used
- * for every trace and size): window (default 8), prob (0), ghost (1),
- * tail (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
- * passes a returning block gets from its sketch count).
- * Deterministic: no randomness; the same calls give the same victims.
+ * for every trace and size): mini (1: shadows choose the horizon),
+ * window (8; setting it fixes the horizon and turns the shadows off),
+ * span (the horizon the sketch's width is sized for: 32 with shadows,
+ * else window), prob (0), ghost (1), tail (1), leaf (0), lru (0: 1 makes
+ * main an LRU), credit (0: CLOCK passes a returning block gets from its
+ * sketch count).
+ * Deterministic: no randomness (the sample is a hash of the root's key);
+ * the same calls give the same victims.  Writes hist[0] of the nodes it
+ * samples (policy_mini.c caches the sampling hash there).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +63,15 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 
 #define KV_WINDOW 8 /* sketch horizon, in capacities */
 #define KV_PROB_SHARE 0 /* per mille of a tier kept for probation */
+#define KV_SPAN 32 /* sketch sized for this horizon with shadows on */
+#define KV_MINI_MIN 512 /* smallest shadow, in blocks */
+#define KV_MINI_SHIFT 10 /* sample at most 1/1024 of the chains */
+#define KV_MINI_DECAY 4 /* a shadow's score loses 1/16 per epoch */
+#define KV_MINI_HYST 50 /* per mille a shadow must lead by to be adopted */
+
+/* The horizons (`window`) the shadows try; the first is the start. */
+static const uint32_t kv_cand[] = { 8, 16 };
+#define KV_NCAND (sizeof(kv_cand) / sizeof(kv_cand[0]))
 
 struct kv_tier {
 	struct kvfs_plist l[4]; /* indexed by KV_*; [0] unused */
@@ -61,6 +87,14 @@ struct kv_priv {
 	uint32_t window, prob; /* 0: the default */
 	uint32_t credit; /* most CLOCK credit from history */
 	bool prob_set;
+	uint32_t span; /* the sketch's width is sized for this horizon */
+	/* Miniature simulations: one shadow per candidate horizon. */
+	struct kvfs_pmini sh[KV_NCAND];
+	uint64_t score[KV_NCAND]; /* decayed hits, x 256 */
+	uint64_t mrefs, epoch; /* sampled references: since, between choices */
+	uint32_t cur; /* the candidate in use */
+	bool mini, mini_on, mini_fail; /* wanted; running; could not start */
+	bool no_mini, window_set;
 	bool ghost, tail; /* set by init from the no_* below */
 	bool no_ghost, no_tail, leaf, lru;
 };
@@ -92,6 +126,89 @@ static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
 	f->sk.sample = (uint64_t)f->window * (cap ? cap : 1);
 }
 
+/* Start the shadows at the first fill, when a block's size is known:
+ * the largest sampling rate that leaves each shadow KV_MINI_MIN blocks.
+ */
+static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
+			  const struct kvfs_pnode *n)
+{
+	/* The shadows run this policy as configured, but for the horizon. */
+	static const char *const keys[] = {
+		"mini", "window", "prob", "span",   "ghost",
+		"tail", "leaf",	  "lru",  "credit",
+	};
+	char v[9][16];
+	const char *vals[9];
+	uint64_t cap = 0, blocks;
+	uint32_t shift = 0;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		cap += p->capacity[t];
+	blocks = cap / (n->size ? n->size : 1);
+	while (shift < KV_MINI_SHIFT && (blocks >> (shift + 1)) >= KV_MINI_MIN)
+		shift++;
+	snprintf(v[0], sizeof(v[0]), "0");
+	snprintf(v[2], sizeof(v[2]), "%u", f->prob);
+	snprintf(v[3], sizeof(v[3]), "%u", f->span);
+	snprintf(v[4], sizeof(v[4]), "%d", f->ghost);
+	snprintf(v[5], sizeof(v[5]), "%d", f->tail);
+	snprintf(v[6], sizeof(v[6]), "%d", f->leaf);
+	snprintf(v[7], sizeof(v[7]), "%d", f->lru);
+	snprintf(v[8], sizeof(v[8]), "%u", f->credit);
+	for (size_t i = 0; i < 9; i++)
+		vals[i] = v[i];
+	for (size_t c = 0; c < KV_NCAND; c++) {
+		snprintf(v[1], sizeof(v[1]), "%u", kv_cand[c]);
+		if (kvfs_pmini_init(&f->sh[c], &kvfs_policy_kvfs_ops, keys,
+				    vals, 9, cap >> shift, shift, 0)) {
+			while (c-- > 0)
+				kvfs_pmini_release(&f->sh[c]);
+			kvfs_warn(
+				"kvfs: no memory for the shadows; window stays %u",
+				f->window);
+			f->mini_fail = true;
+			return;
+		}
+	}
+	f->epoch = blocks >> shift ? blocks >> shift : 1;
+	f->mini_on = true;
+}
+
+/* A reference the shadows see.  Every epoch (a shadow's capacity in
+ * sampled references) each shadow's hits are added to its decayed score,
+ * and the real policy takes the horizon of a shadow that leads the one in
+ * use by KV_MINI_HYST per mille.
+ */
+static void kv_mini_ref(struct kvfs_policy *p, struct kv_priv *f,
+			struct kvfs_pnode *n, const struct kvfs_paccess *a)
+{
+	uint32_t best;
+	uint64_t lead;
+
+	if (!f->mini_on || !kvfs_pmini_sampled(&f->sh[0], n))
+		return;
+	for (size_t c = 0; c < KV_NCAND; c++)
+		kvfs_pmini_ref(&f->sh[c], n, a);
+	if (++f->mrefs < f->epoch)
+		return;
+	f->mrefs = 0;
+	for (size_t c = 0; c < KV_NCAND; c++) {
+		f->score[c] -= f->score[c] >> KV_MINI_DECAY;
+		f->score[c] += f->sh[c].hits << 8;
+		f->sh[c].hits = 0;
+	}
+	best = f->cur;
+	lead = f->score[f->cur] / 1000 * KV_MINI_HYST;
+	for (size_t c = 0; c < KV_NCAND; c++)
+		if (f->score[c] > f->score[best] + lead)
+			best = (uint32_t)c;
+	if (best != f->cur) {
+		f->cur = best;
+		f->window = kv_cand[best];
+		kv_horizon(p, f);
+	}
+}
+
 static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		      const struct kvfs_paccess *a)
 {
@@ -105,6 +222,9 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 
 		if (n->tokens > f->maxtok)
 			f->maxtok = n->tokens;
+		if (f->mini && !f->mini_on && !f->mini_fail)
+			kv_mini_start(p, f, n);
+		kv_mini_ref(p, f, n, a);
 		if (f->ins < (1u << 20)) {
 			f->ins++;
 			f->insz += n->size;
@@ -134,6 +254,8 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 	struct kv_priv *f = p->priv;
 	uint64_t st = kvfs_pclock_stamp(&f->clock, a);
 
+	for (size_t i = 0; i < n; i++)
+		kv_mini_ref(p, f, path[i], a);
 	/* Deepest first: each lands at the tail of the newest segment. */
 	for (size_t i = n; i-- > 0;) {
 		struct kvfs_pnode *x = path[i];
@@ -261,6 +383,7 @@ static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 	}
 	if (!strcmp(key, "window") && v >= 1) {
 		f->window = (uint32_t)v;
+		f->window_set = true;
 	} else if (!strcmp(key, "prob") && v <= 1000) {
 		f->prob = (uint32_t)v;
 		f->prob_set = true;
@@ -272,6 +395,10 @@ static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 		f->credit = (uint32_t)v;
 	} else if (!strcmp(key, "lru") && v <= 1) {
 		f->lru = v;
+	} else if (!strcmp(key, "mini") && v <= 1) {
+		f->no_mini = !v;
+	} else if (!strcmp(key, "span") && v >= 1) {
+		f->span = (uint32_t)v;
 	} else if (!strcmp(key, "leaf") && v <= 1) {
 		f->leaf = v;
 	} else {
@@ -293,13 +420,19 @@ static int kv_init(struct kvfs_policy *p)
 		f->prob = KV_PROB_SHARE;
 	f->ghost = !f->no_ghost;
 	f->tail = !f->no_tail;
+	/* Shadows choose the horizon, unless one was set. */
+	f->mini = !f->no_mini && !f->window_set;
+	if (f->mini)
+		f->window = kv_cand[0];
+	if (!f->span)
+		f->span = f->mini ? KV_SPAN : f->window;
 
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		cap += p->capacity[t];
 	/* Enough counters for the horizon when capacities are in blocks;
 	 * in bytes the horizon is far fewer blocks than the count.
 	 */
-	while (w < (1u << 20) && w < cap * f->window / 2)
+	while (w < (1u << 20) && w < cap * f->span / 2)
 		w <<= 1;
 	return kvfs_psketch_init(&f->sk, (uint32_t)w,
 				 (uint64_t)f->window * (cap ? cap : 1));
@@ -310,6 +443,10 @@ static void kv_release(struct kvfs_policy *p)
 	struct kv_priv *f = p->priv;
 
 	kvfs_psketch_release(&f->sk);
+	if (f->mini_on)
+		for (size_t c = 0; c < KV_NCAND; c++)
+			kvfs_pmini_release(&f->sh[c]);
+	f->mini_on = false;
 }
 
 const struct kvfs_policy_ops kvfs_policy_kvfs_ops = {

@@ -2,7 +2,8 @@
 /*
  * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
  * second sight, the request's tail, dead weight, and the CLOCK of main,
- * each on a small hand-made sequence.
+ * each on a small hand-made sequence; and the miniature simulations
+ * (cache/policy_mini.c) that choose its horizon.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -178,6 +179,8 @@ static void test_options(void **state)
 	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
 	const char *k1[] = { "window" }, *v1[] = { "0" };
 	const char *k2[] = { "nope" }, *v2[] = { "1" };
+	const char *k4[] = { "mini", "span" }, *v4[] = { "0", "32" };
+	const char *k5[] = { "mini" }, *v5[] = { "2" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -186,6 +189,85 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k2, v2, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k3, v3, 5, cap, &p), 0);
 	kvfs_policy_free(p);
+	assert_int_equal(kvfs_policy_new("kvfs", k4, v4, 2, cap, &p), 0);
+	kvfs_policy_free(p);
+	assert_int_equal(kvfs_policy_new("kvfs", k5, v5, 1, cap, &p), -EINVAL);
+}
+
+static void mref(struct kvfs_pmini *m, struct kvfs_pnode *n, uint64_t r)
+{
+	struct kvfs_paccess a = { .now = r, .request = r };
+
+	assert_true(kvfs_pmini_sampled(m, n));
+	kvfs_pmini_ref(m, n, &a);
+}
+
+/* A miniature simulation keeps the prefix tree: a victim leaves with its
+ * resident descendants, and a block whose parent is not resident is not
+ * cached.  At rate 1 every node is in the sample.
+ */
+static void test_mini_tree(void **state)
+{
+	const char *k[] = { "mini", "window" }, *v[] = { "0", "8" };
+	struct kvfs_pnode a, b, c;
+	struct kvfs_pmini m;
+
+	mknode(&a, 50, NULL, 16);
+	mknode(&b, 51, &a, 16);
+	mknode(&c, 52, NULL, 16);
+	assert_int_equal(kvfs_pmini_init(&m, &kvfs_policy_kvfs_ops, k, v, 2, 2,
+					 0, 0),
+			 0);
+	mref(&m, &a, 1);
+	mref(&m, &b, 2);
+	assert_int_equal(m.p.count[0], 2);
+	mref(&m, &a, 3); /* a hit: main */
+	assert_int_equal(m.hits, 1);
+	mref(&m, &c, 4); /* probation goes first: b */
+	assert_int_equal(m.p.count[0], 2);
+	mref(&m, &b, 5); /* a miss; room from c, a first sight */
+	assert_int_equal(m.hits, 1);
+	mref(&m, &a, 6);
+	mref(&m, &b, 6);
+	assert_int_equal(m.hits, 3);
+	kvfs_pmini_release(&m);
+
+	assert_int_equal(kvfs_pmini_init(&m, &kvfs_policy_kvfs_ops, k, v, 2, 2,
+					 0, 0),
+			 0);
+	mref(&m, &a, 1);
+	mref(&m, &b, 2);
+	mref(&m, &c, 3); /* probation head: a (older), and b with it */
+	assert_int_equal(m.p.count[0], 1);
+	assert_int_equal(m.p.used[0], 1);
+	mref(&m, &b, 4); /* parent gone: not cached */
+	assert_int_equal(m.p.count[0], 1);
+	assert_int_equal(m.hits, 0);
+	kvfs_pmini_release(&m);
+}
+
+/* Sampling is by the chain's root: a chain is in or out as a whole, and
+ * about 1/2^shift of the roots are in.
+ */
+static void test_mini_sample(void **state)
+{
+	const char *k[] = { "mini" }, *v[] = { "0" };
+	static struct kvfs_pnode r[4096], ch[4096];
+	struct kvfs_pmini m;
+	int in = 0;
+
+	assert_int_equal(kvfs_pmini_init(&m, &kvfs_policy_kvfs_ops, k, v, 1, 64,
+					 3, 0),
+			 0);
+	for (int i = 0; i < 4096; i++) {
+		mknode(&r[i], 1000 + (uint64_t)i, NULL, 16);
+		mknode(&ch[i], 100000 + (uint64_t)i, &r[i], 16);
+		assert_int_equal(kvfs_pmini_sampled(&m, &ch[i]),
+				 kvfs_pmini_sampled(&m, &r[i]));
+		in += kvfs_pmini_sampled(&m, &r[i]);
+	}
+	assert_true(in > 4096 / 16 && in < 4096 / 4);
+	kvfs_pmini_release(&m);
 }
 
 int main(void)
@@ -197,6 +279,8 @@ int main(void)
 		cmocka_unit_test(test_dead_weight),
 		cmocka_unit_test(test_filter),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_mini_tree),
+		cmocka_unit_test(test_mini_sample),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
