@@ -108,6 +108,14 @@ enum kvfs_params_restore {
 	KVFS_PARAMS_RESTORE_CPU = 2, /* on the CPU, into the pool */
 };
 
+/* [tier.gpu] restore_weights: the precision of W_k and W_v (and of x̂)
+ * in the GPU restorer's GEMMs (gpu/restore_cuda.h).
+ */
+enum kvfs_params_rweights {
+	KVFS_PARAMS_RWEIGHTS_F32 = 0, /* cublasSgemm, f32 throughout */
+	KVFS_PARAMS_RWEIGHTS_BF16 = 1, /* bf16 tensor-core GEMMs, f32 sums */
+};
+
 struct kvfs_cache_params {
 	/* [daemon] */
 	unsigned flush_ms; /* batched hit/last-access commits (1000) */
@@ -133,6 +141,7 @@ struct kvfs_cache_params {
 	 */
 	uint64_t gpu_owner_capacity;
 	int gpu_restore; /* enum kvfs_params_restore (auto) */
+	int gpu_restore_weights; /* enum kvfs_params_rweights (f32) */
 	unsigned lease_ms; /* leases older than this are reclaimed
 				    * (default 60000) */
 	/* [chunks] */

@@ -400,7 +400,11 @@ static int hc_dev_init(struct kvfs_cache *c, struct kvfs_ns *ns)
 			  want == KVFS_PARAMS_RESTORE_CPU ? "cpu" : "auto");
 		return 0;
 	}
-	rc = kvfs_restore_cuda_init(hc->rst, (int)c->conf.gpu_device, 0,
+	rc = kvfs_restore_cuda_init(hc->rst, (int)c->conf.gpu_device,
+				    c->conf.gpu_restore_weights ==
+						    KVFS_PARAMS_RWEIGHTS_BF16 ?
+					    KVFS_RESTORE_CUDA_BF16 :
+					    0,
 				    &hc->rc);
 	if (rc) {
 		hc->rc = NULL;

@@ -29,7 +29,9 @@
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
  *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
  *                lease_ms 1..86400000, restore auto|gpu|cpu (default
- *                auto; needs a backend, and gpu needs cuda)
+ *                auto; needs a backend, and gpu needs cuda),
+ *                restore_weights f32|bf16 (default f32; needs cuda and
+ *                restore auto or gpu)
  *   [chunks]     dram_capacity 0..16T, gpu_capacity 0..16T,
  *                score_halflife 0..1e9 (requests; 0 = no decay),
  *                spec_depth 0..256 (0 = no limit)
@@ -561,6 +563,23 @@ static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+static int set_gpu_restore_weights(struct conf_state *st,
+				   const struct conf_key *k, const char *val,
+				   void *field)
+{
+	int v;
+
+	if (!strcmp(val, "f32"))
+		v = KVFS_PARAMS_RWEIGHTS_F32;
+	else if (!strcmp(val, "bf16"))
+		v = KVFS_PARAMS_RWEIGHTS_BF16;
+	else
+		return fail(st, st->lineno, "%s = '%s': expected f32 or bf16",
+			    k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 static const struct conf_key gpu_keys[] = {
 	{ "backend", set_gpu_backend, offsetof(struct kvfs_conf, cache.gpu_backend),
 	  0, 0, 0, false },
@@ -571,6 +590,9 @@ static const struct conf_key gpu_keys[] = {
 	U32("lease_ms", struct kvfs_conf, cache.lease_ms, 1, 86400000, false),
 	{ "restore", set_gpu_restore, offsetof(struct kvfs_conf, cache.gpu_restore),
 	  0, 0, 0, false },
+	{ "restore_weights", set_gpu_restore_weights,
+	  offsetof(struct kvfs_conf, cache.gpu_restore_weights), 0, 0, 0,
+	  false },
 	{ NULL },
 };
 
@@ -871,13 +893,26 @@ static unsigned key_line_in(struct conf_state *st,
 }
 
 /* restore chooses how hidden-state blocks reach the device pool: without
- * a pool it would do nothing, and only the cuda backend has a GPU.
+ * a pool it would do nothing, and only the cuda backend has a GPU; nor
+ * would restore_weights do anything without the GPU restorer.
  */
 static int gpu_end(struct conf_state *st)
 {
 	const struct kvfs_conf *c = st->c;
 	unsigned line = key_line_in(st, gpu_keys, "restore");
+	unsigned wline = key_line_in(st, gpu_keys, "restore_weights");
 
+	/* Only the GPU restorer has weights of a precision to choose. */
+	if (wline && c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
+		return fail(st, wline,
+			    "[%s]: restore_weights needs backend = cuda (it "
+			    "sets the GPU restorer's precision)",
+			    st->sec_name);
+	if (wline && c->cache.gpu_restore == KVFS_PARAMS_RESTORE_CPU)
+		return fail(st, wline,
+			    "[%s]: restore_weights needs restore = auto or "
+			    "gpu (restore = cpu does not restore on the GPU)",
+			    st->sec_name);
 	if (!line)
 		return 0;
 	if (c->cache.gpu_backend == KVFS_PARAMS_GPU_NONE)

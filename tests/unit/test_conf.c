@@ -729,6 +729,40 @@ static void test_gpu_restore(void **state)
 		   "restore = gpu needs backend = cuda");
 }
 
+/* [tier.gpu] restore_weights: f32 by default, bf16 on request; refused,
+ * at its own line, where no GPU restorer would use it.
+ */
+static void test_gpu_restore_weights(void **state)
+{
+	kvfs_conf_defaults(conf);
+	assert_int_equal(conf->cache.gpu_restore_weights,
+			 KVFS_PARAMS_RWEIGHTS_F32);
+	expect_ok("[tier.gpu]\nbackend = cuda\n");
+	assert_int_equal(conf->cache.gpu_restore_weights,
+			 KVFS_PARAMS_RWEIGHTS_F32);
+	expect_ok("[tier.gpu]\nbackend = cuda\nrestore_weights = bf16\n");
+	assert_int_equal(conf->cache.gpu_restore_weights,
+			 KVFS_PARAMS_RWEIGHTS_BF16);
+	expect_ok("[tier.gpu]\nrestore_weights = f32\nrestore = gpu\n"
+		  "backend = cuda\n");
+	assert_int_equal(conf->cache.gpu_restore_weights,
+			 KVFS_PARAMS_RWEIGHTS_F32);
+
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore_weights = fp16\n", 3,
+		   "restore_weights = 'fp16': expected f32 or bf16");
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore_weights = BF16\n", 3,
+		   "expected f32 or bf16");
+	expect_err("[tier.gpu]\nbackend = shm\n\nrestore_weights = bf16\n", 4,
+		   "restore_weights needs backend = cuda");
+	expect_err("[tier.gpu]\nrestore_weights = bf16\n", 2,
+		   "restore_weights needs backend = cuda");
+	expect_err("[tier.gpu]\nbackend = cuda\nrestore_weights = bf16\n"
+		   "restore = cpu\n", 3,
+		   "restore_weights needs restore = auto or gpu");
+	expect_err("[tier.dram]\nrestore_weights = bf16\n", 2,
+		   "unknown key 'restore_weights' in [tier.dram]");
+}
+
 /*
  * [tier.dram] pinned: the three values and the default; yes without a
  * cuda tier is refused at the key's line, whichever section comes first.
@@ -1024,6 +1058,7 @@ int main(void)
 		cmocka_unit_test(test_hcache_keys),
 		cmocka_unit_test(test_hcache_errors),
 		cmocka_unit_test(test_gpu_restore),
+		cmocka_unit_test(test_gpu_restore_weights),
 		cmocka_unit_test(test_dram_pinned),
 		cmocka_unit_test(test_tier_remote),
 		cmocka_unit_test(test_tenant_keys),
