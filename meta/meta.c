@@ -632,45 +632,40 @@ int kvfs_meta_blk_del(struct kvfs_meta_txn *t,
 	return kvfs_meta_errno(mdb_del(t->txn, t->m->dbi_blk, &k, NULL));
 }
 
-int kvfs_meta_blk_foreach(struct kvfs_meta_txn *t,
-			  int (*fn)(const uint8_t *key,
-				    const struct kvfs_meta_blk *rec, bool bad,
-				    void *arg),
-			  void *arg)
+/*
+ * Walk the entries of @dbi, whose keys are block keys, in key order: @fn
+ * gets a copy of each key (it may change the database under the cursor)
+ * and its value.  An entry whose key is not 16 bytes has no key to hand
+ * on: it is logged, naming @what, and skipped.  0, @fn's first nonzero
+ * return, or an LMDB error as -errno.
+ */
+static int key_walk(struct kvfs_meta_txn *t, MDB_dbi dbi, const char *what,
+		    int (*fn)(const uint8_t *key, const MDB_val *v,
+			      void *arg),
+		    void *arg)
 {
 	uint8_t key[KVFS_KEY_LEN];
-	struct kvfs_meta_blk rec;
 	MDB_cursor *c;
 	MDB_val k, v;
-	unsigned version;
 	int rc = 0, mrc;
 
-	mrc = mdb_cursor_open(t->txn, t->m->dbi_blk, &c);
+	mrc = mdb_cursor_open(t->txn, dbi, &c);
 	if (mrc)
 		return kvfs_meta_errno(mrc);
 	mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
 	while (mrc == 0) {
-		bool bad;
-
 		if (k.mv_size != KVFS_KEY_LEN) {
 			char kb[80];
 
-			/* No 16-byte key to hand to @fn: skip the entry. */
-			kvfs_err("meta: blk entry with a %zu-byte key %s skipped",
-				 k.mv_size,
+			kvfs_err("meta: %s entry with a %zu-byte key %s skipped",
+				 what, k.mv_size,
 				 key_desc(k.mv_data, k.mv_size, kb,
 					  sizeof(kb)));
 			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
 			continue;
 		}
-		/* Copies: @fn may change the database under the cursor. */
 		memcpy(key, k.mv_data, sizeof(key));
-		bad = rec_check(&v, sizeof(rec), KVFS_META_BLK_MAGIC,
-				&version) != 0;
-		memset(&rec, 0, sizeof(rec));
-		memcpy(&rec, v.mv_data,
-		       v.mv_size < sizeof(rec) ? v.mv_size : sizeof(rec));
-		rc = fn(key, &rec, bad, arg);
+		rc = fn(key, &v, arg);
 		if (rc)
 			goto out_close;
 		mrc = cursor_next(t, c, key, sizeof(key), &k, &v);
@@ -679,6 +674,38 @@ int kvfs_meta_blk_foreach(struct kvfs_meta_txn *t,
 out_close:
 	mdb_cursor_close(c);
 	return rc;
+}
+
+struct blk_walk {
+	int (*fn)(const uint8_t *key, const struct kvfs_meta_blk *rec,
+		  bool bad, void *arg);
+	void *arg;
+};
+
+static int blk_walk_one(const uint8_t *key, const MDB_val *v, void *arg)
+{
+	struct blk_walk *w = arg;
+	struct kvfs_meta_blk rec;
+	unsigned version;
+	bool bad;
+
+	/* A copy too: the value goes with the cursor. */
+	bad = rec_check(v, sizeof(rec), KVFS_META_BLK_MAGIC, &version) != 0;
+	memset(&rec, 0, sizeof(rec));
+	memcpy(&rec, v->mv_data,
+	       v->mv_size < sizeof(rec) ? v->mv_size : sizeof(rec));
+	return w->fn(key, &rec, bad, w->arg);
+}
+
+int kvfs_meta_blk_foreach(struct kvfs_meta_txn *t,
+			  int (*fn)(const uint8_t *key,
+				    const struct kvfs_meta_blk *rec, bool bad,
+				    void *arg),
+			  void *arg)
+{
+	struct blk_walk w = { fn, arg };
+
+	return key_walk(t, t->m->dbi_blk, "blk", blk_walk_one, &w);
 }
 
 /* ---- SSD free-extent map ---- */
@@ -1013,40 +1040,25 @@ int kvfs_meta_ccrc_del(struct kvfs_meta_txn *t,
 	return rc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(rc);
 }
 
+struct ccrc_walk {
+	int (*fn)(const uint8_t *key, void *arg);
+	void *arg;
+};
+
+static int ccrc_walk_one(const uint8_t *key, const MDB_val *v, void *arg)
+{
+	struct ccrc_walk *w = arg;
+
+	(void)v;
+	return w->fn(key, w->arg);
+}
+
 int kvfs_meta_ccrc_foreach(struct kvfs_meta_txn *t,
 			   int (*fn)(const uint8_t *key, void *arg), void *arg)
 {
-	uint8_t key[KVFS_KEY_LEN];
-	MDB_cursor *c;
-	MDB_val k, v;
-	int rc = 0, mrc;
+	struct ccrc_walk w = { fn, arg };
 
-	mrc = mdb_cursor_open(t->txn, t->m->dbi_ccrc, &c);
-	if (mrc)
-		return kvfs_meta_errno(mrc);
-	mrc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
-	while (mrc == 0) {
-		if (k.mv_size != KVFS_KEY_LEN) {
-			char kb[80];
-
-			kvfs_err("meta: ccrc entry with a %zu-byte key %s skipped",
-				 k.mv_size,
-				 key_desc(k.mv_data, k.mv_size, kb,
-					  sizeof(kb)));
-			mrc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
-			continue;
-		}
-		/* A copy: @fn may change the database under the cursor. */
-		memcpy(key, k.mv_data, sizeof(key));
-		rc = fn(key, arg);
-		if (rc)
-			goto out_close;
-		mrc = cursor_next(t, c, key, sizeof(key), &k, &v);
-	}
-	rc = mrc == MDB_NOTFOUND ? 0 : kvfs_meta_errno(mrc);
-out_close:
-	mdb_cursor_close(c);
-	return rc;
+	return key_walk(t, t->m->dbi_ccrc, "ccrc", ccrc_walk_one, &w);
 }
 
 /* ---- chunk scores ---- */
