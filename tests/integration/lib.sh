@@ -118,6 +118,17 @@ kvfs_unmount() {
 	fi
 }
 
+# t_user_bin PROG...: copies of the programs other users must run, in
+# $T_DIR/ubin (made 0755 with its copies): the build may sit under a
+# directory only its owner can enter, such as a 0700 temporary clone.
+# Prints the directory. $T_DIR itself must be 0755 for them to reach it.
+t_user_bin() {
+	mkdir -p "$T_DIR/ubin" && chmod 0755 "$T_DIR/ubin" || return 1
+	cp "$@" "$T_DIR/ubin/" || return 1
+	chmod -R a+rX "$T_DIR/ubin"
+	echo "$T_DIR/ubin"
+}
+
 t_cleanup() {
 	kvfs_unmount
 	rm -rf "$T_DIR"

@@ -97,11 +97,12 @@ if [ "$(id -u)" -eq 0 ] && command -v useradd >/dev/null && command -v runuser >
 	trap 'userdel "$FUZZ_USER" 2>/dev/null; getent group "$FUZZ_USER" >/dev/null && groupdel "$FUZZ_USER"; t_cleanup' EXIT
 	chmod 0755 "$T_DIR"
 	chmod -R a+rX "$T_DIR/good" "$T_DIR/seed.keys"
+	UBIN=$(t_user_bin "$BIN/../itests/fuzz_client")
 	runuser -u "$FUZZ_USER" -- env KVFS_MNT="$MNT" KVFS_NS="$NS" KVFS_PID="$KVFS_PID" \
 		KVFS_FUZZ_SEED=$((SEED + 1)) KVFS_FUZZ_SCALE=0.3 \
 		KVFS_FUZZ_SEEDKEYS="$T_DIR/seed.keys" KVFS_FUZZ_GOOD="$T_DIR/good" \
 		KVFS_FUZZ_SHM_TAG="$SHM_TAG-u" \
-		timeout -s KILL 600 "$BIN/../itests/fuzz_client" >"$T_DIR/fuzz-user.out" 2>&1
+		timeout -s KILL 600 "$UBIN/fuzz_client" >"$T_DIR/fuzz-user.out" 2>&1
 	rm -f "/dev/shm/kvfs-fuzz-$SHM_TAG-u-peer" "/dev/shm/kvfs-fuzz-$SHM_TAG-u-sync"
 	t_check "fuzzing as $FUZZ_USER: the daemon survived" daemon_alive
 	t_check "fuzzing as $FUZZ_USER: the seeded data is intact" seeded_intact

@@ -62,6 +62,13 @@ asB() { runuser -u "$UB" -- "$@"; }
 asC() { runuser -u "$UC" -- "$@"; }
 # The test store lives in a 0700 temp dir: the tenants must reach the mount.
 chmod 0755 "$T_DIR"
+# ... and the programs they run.
+UBIN=$(t_user_bin "$BIN/kvfs-gen" "$TC") || {
+	echo "test_tenants: cannot copy the tenants' programs" >&2
+	exit 1
+}
+GEN=$UBIN/kvfs-gen
+TC=$UBIN/tenant_client
 
 G=(--layers 4 --kv-heads 2 --head-dim 64 --dtype bf16 --block-tokens 16 --chunk-tokens 4)
 ns_keys() {
@@ -91,13 +98,13 @@ t_check "mount with allow_other" kvfs_mount -o allow_other
 t_check "a's directory is $UA:$UA 0750" test "$(stat -c '%U:%G %a' "$MNT/a")" = "$UA:$UA 750"
 t_check "b's directory is $UB:$UB 0750" test "$(stat -c '%U:%G %a' "$MNT/b")" = "$UB:$UB 750"
 
-KA=$(asA "$BIN/kvfs-gen" make "$MNT/a" --ns a "${G[@]}" --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16)
+KA=$(asA "$GEN" make "$MNT/a" --ns a "${G[@]}" --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16)
 t_check "$UA writes a block in a (the file interface)" test -f "$MNT/a/$KA.kv"
-KA2=$(asA "$BIN/kvfs-gen" make "$MNT/a" --ns a "${G[@]}" --tokens 21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36)
+KA2=$(asA "$GEN" make "$MNT/a" --ns a "${G[@]}" --tokens 21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36)
 t_check "and a second one" test -f "$MNT/a/$KA2.kv"
 # b's root key mixes in its model_digest: read it from the namespace.
 root_b=$(asB getfattr --only-values -n user.kvfs.root "$MNT/b")
-KB=$(asB "$BIN/kvfs-gen" make "$MNT/b" "${G[@]}" --parent "$root_b" --start-pos 0 \
+KB=$(asB "$GEN" make "$MNT/b" "${G[@]}" --parent "$root_b" --start-pos 0 \
 	--tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16)
 t_check "$UB writes a block in b" test -f "$MNT/b/$KB.kv"
 t_check "the same tokens make another key in b (its model_digest)" test "$KA" != "$KB"
@@ -119,7 +126,7 @@ t_check "kvfs.root_key(ns, salt, model_digest) is b's user.kvfs.root ($py_root)"
 t_errno "$UB cannot list a" "Permission denied" asB ls "$MNT/a"
 t_errno "$UB cannot read a's block" "Permission denied" asB cat "$MNT/a/$KA.kv"
 t_errno "$UB cannot create in a" "Permission denied" \
-	asB "$BIN/kvfs-gen" make "$MNT/a" "${G[@]}" --parent "$KA" --tokens 5
+	asB "$GEN" make "$MNT/a" "${G[@]}" --parent "$KA" --tokens 5
 t_errno "$UB cannot unlink in a" "Permission denied" asB rm -f "$MNT/a/$KA.kv"
 t_errno "$UB cannot read a's xattrs" "Permission denied" asB getfattr -n user.kvfs.root "$MNT/a"
 t_errno "$UB cannot read a block's xattrs" "Permission denied" asB getfattr -n user.kvfs.tier "$MNT/a/$KA.kv"
@@ -228,7 +235,7 @@ t_errno "and through the xattr, for root too" "quota exceeded" setfattr -n user.
 t_check "the refusal is logged" grep -q "namespace a: pinning .* pin_quota" "$STORE/kvfs.log"
 
 # ---- quota: a's commits over it evict a's own oldest blocks
-mk() { asA "$BIN/kvfs-gen" make "$MNT/a" --ns a "${G[@]}" --tokens "$(seq -s, "$1" $(($1 + 15)))"; }
+mk() { asA "$GEN" make "$MNT/a" --ns a "${G[@]}" --tokens "$(seq -s, "$1" $(($1 + 15)))"; }
 t_check "a holds two blocks" test "$(asA getfattr --only-values -n user.kvfs.blocks "$MNT/a")" = 2
 K3=$(mk 300)
 t_check "a third fits in the quota" test "$(asA getfattr --only-values -n user.kvfs.blocks "$MNT/a")" = 3
