@@ -351,6 +351,7 @@ demo: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory CFLAGS="-O2 -g" all
 	$(Q)BUILD=$(BUILD) tests/bench/run.sh
+	$(Q)BUILD=$(BUILD) tests/bench/ssd_prefault.sh
 
 # ---- install ----
 # PREFIX for the programs, libkvfs and its header, the Python module and

@@ -765,11 +765,19 @@ int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 	if (rc)
 		goto out_free;
 	rc = kvfs_tier_dram_init_flags(conf->dram_capacity,
-				       dram_wants_pinning(conf) ?
-				       KVFS_DRAM_ARENA : 0,
+				       (dram_wants_pinning(conf) ?
+						KVFS_DRAM_ARENA : 0) |
+				       (conf->dram_prefault ?
+						KVFS_DRAM_PREFAULT : 0),
 				       &c->tier[KVFS_TIER_DRAM]);
-	if (rc)
+	if (rc) {
+		if (conf->dram_prefault)
+			kvfs_err("[tier.dram] prefault = yes: the DRAM tier "
+				 "cannot be faulted in (%s): refusing to "
+				 "start (lower capacity, or set prefault = "
+				 "no)", strerror(-rc));
 		goto out_free;
+	}
 	rc = kvfs_tier_ssd_init(c->store->data_path, c->store->sb.data_off,
 				c->store->sb.ssd_size,
 				conf->ssd_rings ? conf->ssd_rings : 1,

@@ -129,6 +129,7 @@ struct kvfs_cache_params {
 	/* [tier.dram] */
 	uint64_t dram_capacity; /* bytes (default 256M) */
 	int dram_pinned; /* enum kvfs_params_pinned (auto) */
+	bool dram_prefault; /* fault the whole tier in at start (false) */
 	/* [tier.ssd] */
 	unsigned ssd_rings; /* io_uring instances (default 4) */
 	unsigned writeback_batch; /* blocks per write-back batch (default 64) */

@@ -25,7 +25,8 @@
  *                metrics IPv4:port or [IPv6]:port (numeric; fs/metrics.h)
  *   [tier.dram]  capacity 4K..16T, pinned auto|yes|no (default auto;
  *                yes needs [tier.gpu] backend = cuda, checked once the
- *                whole file is read since the sections come in any order)
+ *                whole file is read since the sections come in any order),
+ *                prefault yes|no (default no)
  *   [tier.ssd]   rings 1..64, writeback_batch 1..4096
  *   [tier.gpu]   backend none|shm|cuda, device 0..1023, capacity 4K..16T,
  *                lease_ms 1..86400000, restore auto|gpu|cpu (default
@@ -511,10 +512,28 @@ static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+static int set_yes_no(struct conf_state *st, const struct conf_key *k,
+		      const char *val, void *field)
+{
+	bool v;
+
+	if (!strcmp(val, "yes"))
+		v = true;
+	else if (!strcmp(val, "no"))
+		v = false;
+	else
+		return fail(st, st->lineno, "%s = '%s': expected yes or no",
+			    k->name, val);
+	memcpy(field, &v, sizeof(v));
+	return 0;
+}
+
 static const struct conf_key dram_keys[] = {
 	SIZE("capacity", struct kvfs_conf, cache.dram_capacity, 4096, 16ull << 40),
 	{ "pinned", set_dram_pinned, offsetof(struct kvfs_conf, cache.dram_pinned),
 	  0, 0, 0, false },
+	{ "prefault", set_yes_no,
+	  offsetof(struct kvfs_conf, cache.dram_prefault), 0, 0, 0, false },
 	{ NULL },
 };
 

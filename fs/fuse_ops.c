@@ -30,6 +30,7 @@
 #include "fs/fuse_i.h"
 #include "meta/log.h"
 #include "meta/meta.h"
+#include "meta/fmt.h"
 #include "meta/util.h"
 
 enum fh_kind {
@@ -1166,11 +1167,31 @@ static void kvfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 	free(resp);
 }
 
+uint32_t kvfs_fs_readahead(struct kvfs_cache *c)
+{
+	uint64_t most = 1u << 20;
+
+	for (size_t i = 0; i < kvfs_cache_ns_count(c); i++) {
+		uint64_t sz = kvfs_fmt_max_file_size(
+			kvfs_ns_geom(kvfs_cache_ns_at(c, i)));
+
+		if (sz > most)
+			most = sz;
+	}
+	most = kvfs_util_align_up(most, 1u << 20);
+	return most > (64u << 20) ? 64u << 20 : (uint32_t)most;
+}
+
 static void kvfs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct kvfs_fs *fs = userdata;
+
 	/* Blocks are megabytes: move them in large requests. */
 	conn->max_write = 1 << 20;
-	conn->max_readahead = 1 << 20;
+	/* The kernel keeps the smaller of this and the mount's read_ahead_kb
+	 * (which the daemon raises to the same value).
+	 */
+	conn->max_readahead = fs->readahead;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 }

@@ -20,7 +20,20 @@ struct kvfs_fs {
 	struct kvfs_cache *c;
 	double entry_timeout; /* committed blocks are immutable: cacheable */
 	double attr_timeout;
+	/* The mount's read-ahead in bytes: the largest block file of any
+	 * namespace (at least 1 MiB, at most 64 MiB), so that the kernel asks
+	 * for the whole of a block at once rather than one request after the
+	 * other. Set before the session starts; immutable after.
+	 */
+	uint32_t readahead;
 };
+
+/*
+ * kvfs_fs_readahead() - the read-ahead for the mount of @c, in bytes: its
+ * largest block file rounded up to 1 MiB, between 1 and 64 MiB. No locks
+ * (the namespaces are fixed once the cache is open).
+ */
+uint32_t kvfs_fs_readahead(struct kvfs_cache *c);
 
 extern const struct fuse_lowlevel_ops kvfs_fuse_ops;
 

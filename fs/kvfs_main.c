@@ -206,10 +206,12 @@ static void write_pidfile(const char *store)
 
 /*
  * The kernel reads ahead 128 KiB on a FUSE mount unless told otherwise;
- * blocks are megabytes and read whole, so ask for 1 MiB. Best effort:
- * without it reads are merely slower.
+ * blocks are megabytes and read whole, so ask for @bytes, a whole block
+ * (kvfs_fs_readahead()): its READs then go out together instead of each
+ * after the reader consumed the last. Best effort: without it reads are
+ * merely slower.
  */
-static void raise_readahead(const char *mnt)
+static void raise_readahead(const char *mnt, uint32_t bytes)
 {
 	char real[PATH_MAX], line[PATH_MAX + 256], path[128], dev[32];
 	char point[PATH_MAX];
@@ -237,7 +239,7 @@ static void raise_readahead(const char *mnt)
 			 strerror(errno));
 		return;
 	}
-	fprintf(f, "1024\n");
+	fprintf(f, "%u\n", bytes >> 10);
 	if (fclose(f))
 		kvfs_dbg("cannot raise read-ahead: %s", strerror(errno));
 }
@@ -299,6 +301,7 @@ static int run(const struct opts *o, int report_fd)
 		goto out_notify;
 	}
 	fs.c = c;
+	fs.readahead = kvfs_fs_readahead(c);
 
 	if (fuse_opt_add_arg(&args, "kvfs") ||
 	    fuse_opt_add_arg(&args, "-o") ||
@@ -332,7 +335,7 @@ static int run(const struct opts *o, int report_fd)
 	kvfs_info("mounted %s on %s (%zu namespaces, policy %s)", o->store,
 		  o->mnt, kvfs_cache_ns_count(c), conf.cache.policy);
 	write_pidfile(o->store);
-	raise_readahead(o->mnt);
+	raise_readahead(o->mnt, fs.readahead);
 	mounted = true;
 	/* Once mounted, so that a scrape never sees a store that is not
 	 * served; a port that cannot be had stops the start, as a bad

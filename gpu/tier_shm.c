@@ -12,8 +12,12 @@
  * Every object spans the capacity, which the owners share, so each is
  * sparse: alloc reserves the pages of the extent it hands out
  * (fallocate), so that running out of /dev/shm is -ENOSPC there rather
- * than a SIGBUS on some later copy, and free punches them out again, so
- * the objects together hold no more than the shared capacity.
+ * than a SIGBUS on some later copy.  With more than one owner, free
+ * punches them out again, so the objects together hold no more than the
+ * shared capacity.  A tier with one owner keeps them: its one object
+ * can never hold more than the capacity, and a FETCH into pages that are
+ * already there does not pay for allocating and zeroing them again,
+ * which made a FETCH several times slower (docs/benchmarks.md, [6]).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -100,7 +104,8 @@ static void shm_unreserve(struct kvfs_gpu_pool *p, const struct kvfs_extent *e)
 
 static void shm_free(struct kvfs_tier *t, const struct kvfs_extent *e)
 {
-	kvfs_gpu_pool_free(t, e, shm_unreserve);
+	kvfs_gpu_pool_free(t, e,
+			   to_shm(t)->pools.n > 1 ? shm_unreserve : NULL);
 }
 
 static int shm_claim(struct kvfs_tier *t, const struct kvfs_extent *e)

@@ -218,12 +218,21 @@ enum kvfs_dram_flags {
 	 * stays resident until the tier is freed.
 	 */
 	KVFS_DRAM_ARENA = 1 << 0,
+	/*
+	 * An arena (implies KVFS_DRAM_ARENA) whose every page is faulted
+	 * in at init, so no load pays for faulting and zeroing the pages it
+	 * lands in. Init then takes time in proportion to the capacity
+	 * (logged), and fails with -ENOMEM, logged, when the capacity is
+	 * larger than the host's available memory.
+	 */
+	KVFS_DRAM_PREFAULT = 1 << 1,
 };
 
 /*
  * kvfs_tier_dram_init_flags() - the DRAM tier with enum kvfs_dram_flags.
  * Returns 0; -EINVAL (unknown flags, or an arena under 4096 bytes);
- * -ENOMEM (the arena could not be mapped: logged).
+ * -ENOMEM (the arena could not be mapped, or is larger than the memory
+ * available to prefault: logged); -errno of a failed prefault (logged).
  */
 int kvfs_tier_dram_init_flags(uint64_t capacity, unsigned flags,
 			      struct kvfs_tier **out);

@@ -19,13 +19,22 @@
  *        evictable, the same loop the device pool's allocator relies on.
  *        Pages are not handed back on free (pinned pages cannot be), so
  *        the resident size is the high-water mark.
+ * prefault (KVFS_DRAM_PREFAULT) an arena whose every page is faulted in
+ *        at init.  A load from the SSD then lands in memory that is
+ *        already there: an O_DIRECT read into never-touched pages has
+ *        the kernel fault and zero each one first, which on the
+ *        benchmark host cost as much again as the read itself
+ *        (docs/benchmarks.md, [3a]).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "tier/tier.h"
 #include "meta/log.h"
@@ -210,8 +219,79 @@ static const struct kvfs_tier_ops dram_ops = {
 	.release = dram_release,
 };
 
-/* Map and set up the arena of @d, @capacity bytes (a multiple of 4096). */
-static int arena_init(struct kvfs_tier_dram *d, uint64_t capacity)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* MemAvailable of /proc/meminfo in bytes, or 0 if it cannot be read. */
+static uint64_t mem_available(void)
+{
+	unsigned long long kib = 0;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kib << 10;
+}
+
+/*
+ * Whether an arena of @len bytes can be faulted in whole: -ENOMEM, logged,
+ * when the host has less memory available, which is refused up front
+ * rather than left to the OOM killer half-way through.
+ */
+static int prefault_fits(uint64_t len)
+{
+	uint64_t avail = mem_available();
+	char sz[32], av[32];
+
+	if (!avail || len <= avail)
+		return 0;
+	kvfs_util_fmt_size(len, sz, sizeof(sz));
+	kvfs_util_fmt_size(avail, av, sizeof(av));
+	kvfs_err("dram: cannot prefault a %s arena: only %s of memory is "
+		 "available", sz, av);
+	return -ENOMEM;
+}
+
+/*
+ * Fault in every page of the arena @p of @len bytes: one madvise where
+ * the kernel has MADV_POPULATE_WRITE, else a write to each page.
+ */
+static int arena_prefault(unsigned char *p, uint64_t len)
+{
+	uint64_t t0 = kvfs_util_now_mono();
+	long pg = sysconf(_SC_PAGESIZE);
+	char sz[32];
+
+	kvfs_util_fmt_size(len, sz, sizeof(sz));
+	if (madvise(p, (size_t)len, MADV_POPULATE_WRITE)) {
+		if (errno != EINVAL) {
+			int err = -errno;
+
+			kvfs_err("dram: prefaulting the %s arena failed: %s",
+				 sz, strerror(-err));
+			return err;
+		}
+		/* An older kernel: touch each page instead. */
+		for (uint64_t o = 0; o < len; o += (uint64_t)(pg > 0 ? pg : 4096))
+			((volatile unsigned char *)p)[o] = 0;
+	}
+	kvfs_info("dram: prefaulted the %s arena in %" PRIu64 " ms", sz,
+		  (kvfs_util_now_mono() - t0) / 1000000);
+	return 0;
+}
+
+/*
+ * Map and set up the arena of @d, @capacity bytes (a multiple of 4096),
+ * with every page faulted in if @prefault.
+ */
+static int arena_init(struct kvfs_tier_dram *d, uint64_t capacity,
+		      bool prefault)
 {
 	void *p;
 	int err;
@@ -221,11 +301,19 @@ static int arena_init(struct kvfs_tier_dram *d, uint64_t capacity)
 			 "the address space", capacity);
 		return -ENOMEM;
 	}
+	if (prefault) {
+		err = prefault_fits(capacity);
+		if (err)
+			return err;
+	}
 	/* NORESERVE: like heap buffers, pages are committed when first
-	 * touched (or when a device tier pins them), not at start.
+	 * touched (or when a device tier pins them), not at start; unless
+	 * they are all to be touched now, when the kernel may as well count
+	 * them.
 	 */
 	p = mmap(NULL, (size_t)capacity, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		 MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? 0 : MAP_NORESERVE),
+		 -1, 0);
 	if (p == MAP_FAILED) {
 		err = -errno;
 		kvfs_err("dram: cannot map an arena of %" PRIu64 " bytes: %s",
@@ -241,6 +329,14 @@ static int arena_init(struct kvfs_tier_dram *d, uint64_t capacity)
 	 * hint, so a kernel without transparent huge pages is fine.
 	 */
 	(void)madvise(p, (size_t)capacity, MADV_HUGEPAGE);
+	if (prefault) {
+		err = arena_prefault(p, capacity);
+		if (err) {
+			kvfs_tier_pool_release(&d->pool);
+			munmap(p, (size_t)capacity);
+			return err;
+		}
+	}
 	d->arena = p;
 	return 0;
 }
@@ -251,10 +347,12 @@ int kvfs_tier_dram_init_flags(uint64_t capacity, unsigned flags,
 	struct kvfs_tier_dram *d;
 	int err;
 
-	if (flags & ~(unsigned)KVFS_DRAM_ARENA) {
+	if (flags & ~(unsigned)(KVFS_DRAM_ARENA | KVFS_DRAM_PREFAULT)) {
 		kvfs_err("dram: unknown flags %#x", flags);
 		return -EINVAL;
 	}
+	if (flags & KVFS_DRAM_PREFAULT)
+		flags |= KVFS_DRAM_ARENA;
 	if (flags & KVFS_DRAM_ARENA) {
 		/* An arena is whole units: a remainder could never be used. */
 		capacity -= capacity % DRAM_ALIGN;
@@ -268,7 +366,8 @@ int kvfs_tier_dram_init_flags(uint64_t capacity, unsigned flags,
 	if (!d)
 		return -ENOMEM;
 	if (flags & KVFS_DRAM_ARENA) {
-		err = arena_init(d, capacity);
+		err = arena_init(d, capacity,
+				 (flags & KVFS_DRAM_PREFAULT) != 0);
 		if (err) {
 			free(d);
 			return err;

@@ -182,6 +182,7 @@ log_level = warn
 
 [tier.dram]
 capacity = 512M
+prefault = yes
 
 [tier.gpu]
 backend = shm

@@ -763,6 +763,34 @@ static void test_gpu_restore_weights(void **state)
 		   "unknown key 'restore_weights' in [tier.dram]");
 }
 
+/* [tier.dram] prefault: yes or no, no by default; anything else at its line. */
+static void test_dram_prefault(void **state)
+{
+	(void)state;
+	kvfs_conf_defaults(conf);
+	assert_false(conf->cache.dram_prefault);
+	memset(conf, 0xff, sizeof(*conf));
+	expect_ok("[tier.dram]\ncapacity = 1M\n");
+	assert_false(conf->cache.dram_prefault);
+	expect_ok("[tier.dram]\nprefault = yes\n");
+	assert_true(conf->cache.dram_prefault);
+	expect_ok("[tier.dram]\nprefault = no\ncapacity = 8M\n");
+	assert_false(conf->cache.dram_prefault);
+	/* with a pinned arena too: pinning faults it in anyway */
+	expect_ok("[tier.gpu]\nbackend = cuda\n[tier.dram]\npinned = yes\n"
+		  "prefault = yes\n");
+	assert_true(conf->cache.dram_prefault);
+
+	expect_err("[tier.dram]\nprefault = true\n", 2,
+		   "prefault = 'true': expected yes or no");
+	expect_err("[tier.dram]\ncapacity = 1M\nprefault = \n", 3,
+		   "expected yes or no");
+	expect_err("[tier.dram]\nprefault = yes\nprefault = no\n", 3,
+		   "duplicate key 'prefault'");
+	expect_err("[tier.ssd]\nprefault = yes\n", 2,
+		   "unknown key 'prefault' in [tier.ssd]");
+}
+
 /*
  * [tier.dram] pinned: the three values and the default; yes without a
  * cuda tier is refused at the key's line, whichever section comes first.
@@ -1032,6 +1060,7 @@ static void test_example_conf(void **state)
 	assert_int_equal(c.cache.gpu_backend, KVFS_PARAMS_GPU_SHM);
 	assert_int_equal(c.cache.gpu_restore, KVFS_PARAMS_RESTORE_AUTO);
 	assert_int_equal(c.cache.dram_pinned, KVFS_PARAMS_PINNED_AUTO);
+	assert_true(c.cache.dram_prefault);
 }
 
 int main(void)
@@ -1060,6 +1089,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_restore),
 		cmocka_unit_test(test_gpu_restore_weights),
 		cmocka_unit_test(test_dram_pinned),
+		cmocka_unit_test(test_dram_prefault),
 		cmocka_unit_test(test_tier_remote),
 		cmocka_unit_test(test_tenant_keys),
 		cmocka_unit_test(test_model_digest),

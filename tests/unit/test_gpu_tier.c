@@ -1939,6 +1939,62 @@ static void test_shm_init_args(void **state)
 	kvfs_tier_free(t2);
 }
 
+/* Bytes of shm object @name that have pages (st_blocks). */
+static uint64_t shm_backed(const char *name)
+{
+	struct stat sb;
+	int fd = shm_open(name, O_RDONLY, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	close(fd);
+	return (uint64_t)sb.st_blocks * 512;
+}
+
+/*
+ * shm, one owner: a freed extent keeps its pages (the one object cannot
+ * outgrow the capacity), so the next FETCH into it does not allocate and
+ * zero them again; the bytes a later block writes are its own.
+ */
+static void test_shm_one_owner_keeps_pages(void **state)
+{
+	const uint64_t cap = 32 * PG;
+	struct kvfs_extent a, b;
+	struct kvfs_ctl_mem m;
+	struct kvfs_tier *t;
+	unsigned char *buf = xmalloc(8 * PG), *got = xmalloc(8 * PG);
+
+	(void)state;
+	if (backend != B_SHM) {
+		free(buf);
+		free(got);
+		skip();
+	}
+	assert_int_equal(kvfs_gpu_shm_init("/kvfs-test", cap,
+					   KVFS_GPU_PRIVATE, &t), 0);
+	kvfs_gpu_ops_of(t)->describe(t, &m);
+	assert_true(shm_backed(m.shm_name) == 0);
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &a), 0);
+	pat(buf, 8 * PG, 7);
+	assert_int_equal(t->ops->write(t, &a, 0, buf, 8 * PG), 0);
+	assert_true(shm_backed(m.shm_name) >= 8 * PG);
+	t->ops->free(t, &a);
+	assert_int_equal(t->used, 0);
+	assert_true(shm_backed(m.shm_name) >= 8 * PG);
+	/* The same range again: its new bytes, and no more pages. */
+	assert_int_equal(t->ops->alloc(t, 8 * PG, &b), 0);
+	assert_int_equal(b.off, a.off);
+	pat(buf, 8 * PG, 9);
+	assert_int_equal(t->ops->write(t, &b, 0, buf, 8 * PG), 0);
+	assert_int_equal(t->ops->read(t, &b, 0, got, 8 * PG), 0);
+	assert_true(is_pat(got, 8 * PG, 9));
+	assert_true(shm_backed(m.shm_name) <= 9 * PG);
+	t->ops->free(t, &b);
+	kvfs_tier_free(t);
+	free(buf);
+	free(got);
+}
+
 static int owners_make(uint64_t cap, const struct kvfs_gpu_owners *o,
 		       struct kvfs_tier **t)
 {
@@ -2040,7 +2096,12 @@ static void test_owner_pools(void **state)
 				 0);
 		assert_int_equal(t->used, cap);
 		assert_int_equal(g->alloc_owner(t, uid[2], PG, &y), -ENOSPC);
+		assert_true(shm_backed(m[1].shm_name) >= cap - 3 * PG);
 		t->ops->free(t, &x);
+		/* With several owners a free gives its pages back, so the
+		 * objects together hold no more than the capacity.
+		 */
+		assert_true(shm_backed(m[1].shm_name) <= 2 * PG);
 		assert_int_equal(g->alloc_owner(t, uid[2], PG, &y), 0);
 		t->ops->free(t, &y);
 	} else {
@@ -2321,6 +2382,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shm_init_args),
 		cmocka_unit_test(test_owner_pools),
+		cmocka_unit_test(test_shm_one_owner_keeps_pages),
 		cmocka_unit_test(test_shm_sweep),
 		cmocka_unit_test(test_cuda_absent),
 		cmocka_unit_test(test_cuda_init_args),

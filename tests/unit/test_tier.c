@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -77,7 +78,8 @@ static void test_names(void **state)
 /* ---- dram ---- */
 
 /* The DRAM tests run in both modes: heap (0) and arena. */
-static unsigned mode_heap = 0, mode_arena = KVFS_DRAM_ARENA;
+static unsigned mode_heap = 0, mode_arena = KVFS_DRAM_ARENA,
+		mode_prefault = KVFS_DRAM_PREFAULT;
 
 static unsigned dram_mode(void **state)
 {
@@ -216,6 +218,56 @@ static void test_dram_concurrent_alloc(void **state)
 }
 
 /* ---- dram arena ---- */
+
+/* How many of the @len bytes' pages at @p are resident (mincore). */
+static size_t resident_pages(void *p, uint64_t len)
+{
+	size_t n = (size_t)((len + PG - 1) / PG), k = 0;
+	unsigned char *v = calloc(n, 1);
+
+	assert_non_null(v);
+	assert_int_equal(mincore(p, (size_t)len, v), 0);
+	for (size_t i = 0; i < n; i++)
+		k += v[i] & 1;
+	free(v);
+	return k;
+}
+
+/*
+ * A prefaulted arena has every page resident before any extent is
+ * written; a plain one has none until they are touched.  More than the
+ * memory available is refused, not left to the OOM killer.
+ */
+static void test_dram_prefault(void **state)
+{
+	struct kvfs_tier *t;
+	struct kvfs_extent e;
+	uint64_t len;
+	void *b;
+
+	(void)state;
+	assert_int_equal(kvfs_tier_dram_init_flags(64 * PG, KVFS_DRAM_ARENA,
+						   &t), 0);
+	assert_int_equal(kvfs_tier_dram_region(t, &b, &len), 0);
+	assert_int_equal(resident_pages(b, len), 0);
+	kvfs_tier_free(t);
+
+	/* PREFAULT alone makes an arena. */
+	assert_int_equal(kvfs_tier_dram_init_flags(64 * PG + 7,
+						   KVFS_DRAM_PREFAULT, &t), 0);
+	assert_int_equal(t->capacity, 64 * PG);
+	assert_int_equal(kvfs_tier_dram_region(t, &b, &len), 0);
+	assert_int_equal(len, 64 * PG);
+	assert_int_equal(resident_pages(b, len), 64);
+	assert_int_equal(t->ops->alloc(t, 3 * PG, &e), 0);
+	assert_ptr_equal(e.ptr, (unsigned char *)b + e.off);
+	t->ops->free(t, &e);
+	kvfs_tier_free(t);
+
+	assert_int_equal(kvfs_tier_dram_init_flags(16ull << 40,
+						   KVFS_DRAM_PREFAULT, &t),
+			 -ENOMEM);
+}
 
 /* Extents lie in the arena at base + off, aligned, and stay put. */
 static void test_dram_arena_layout(void **state)
@@ -1323,6 +1375,10 @@ int main(void)
 		DRAM_TEST(test_dram_rw, arena),
 		DRAM_TEST(test_dram_concurrent_alloc, heap),
 		DRAM_TEST(test_dram_concurrent_alloc, arena),
+		DRAM_TEST(test_dram_capacity, prefault),
+		DRAM_TEST(test_dram_rw, prefault),
+		DRAM_TEST(test_dram_concurrent_alloc, prefault),
+		cmocka_unit_test(test_dram_prefault),
 		cmocka_unit_test(test_dram_arena_layout),
 		cmocka_unit_test(test_dram_arena_fragmentation),
 		cmocka_unit_test(test_dram_arena_threads),
