@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
- * second sight, the request's tail, dead weight, and the CLOCK of main,
- * each on a small hand-made sequence; and the miniature simulations
- * (cache/policy_mini.c) that choose its horizon.
+ * second sight, the request's tail, its new suffix, dead weight, and the
+ * CLOCK of main, each on a small hand-made sequence; and the miniature
+ * simulations (cache/policy_mini.c) that choose its horizon.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -106,6 +106,57 @@ static void test_tail(void **state)
 	kvfs_policy_free(p);
 }
 
+/* The new blocks a request adds after a prefix it found resident (its
+ * suffix) go before the first sights of a new chain, though they are
+ * newer: they are rarely read again (a few-shot query after its shared
+ * examples).  A block under a parent on its first sight takes its
+ * parent's class.  `suffix` = 0 treats them as any first sight.
+ */
+static void run_suffix(bool on)
+{
+	const char *k[] = { "suffix" }, *v[] = { on ? "1" : "0" };
+	uint64_t cap[KVFS_NTIERS] = { 8, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, s1, s2, r1, r2, *x, *y;
+	struct kvfs_pnode *path[1] = { &h };
+	struct kvfs_paccess acc = { .now = 3, .request = 3, .hit = true };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&h, 30, NULL, 16);
+	mknode(&s1, 31, &h, 16);
+	mknode(&s2, 32, &s1, 16);
+	mknode(&r1, 33, NULL, 16);
+	mknode(&r2, 34, &r1, 16);
+	ins(p, GPU, &h, 1);
+	ins(p, GPU, &r1, 2); /* a new chain */
+	ins(p, GPU, &r2, 2);
+	kvfs_policy_access(p, path, 1, &acc); /* h: a known prefix */
+	ins(p, GPU, &s1, 3); /* its new suffix */
+	ins(p, GPU, &s2, 3);
+	x = evict(p, GPU);
+	y = evict(p, GPU);
+	if (on) {
+		assert_true((x == &s1 && y == &s2) || (x == &s2 && y == &s1));
+	} else {
+		assert_true((x == &r1 && y == &r2) || (x == &r2 && y == &r1));
+	}
+	x = evict(p, GPU);
+	y = evict(p, GPU);
+	if (on) {
+		assert_true((x == &r1 && y == &r2) || (x == &r2 && y == &r1));
+	} else {
+		assert_true((x == &s1 && y == &s2) || (x == &s2 && y == &s1));
+	}
+	assert_ptr_equal(evict(p, GPU), &h);
+	kvfs_policy_free(p);
+}
+
+static void test_suffix(void **state)
+{
+	run_suffix(true);
+	run_suffix(false);
+}
+
 /* Main is a CLOCK: a hit buys one more pass; hits move nothing. */
 static void test_main_clock(void **state)
 {
@@ -134,7 +185,7 @@ static void test_main_clock(void **state)
 static void test_dead_weight(void **state)
 {
 	struct kvfs_policy *p = mk(1, 1);
-	struct kvfs_pnode par, ch, other;
+	struct kvfs_pnode par, ch, other, tl;
 
 	mknode(&par, 30, NULL, 16);
 	mknode(&ch, 31, &par, 16);
@@ -144,10 +195,16 @@ static void test_dead_weight(void **state)
 	assert_true(kvfs_policy_admit(p, GPU, DRAM, &ch));
 	kvfs_policy_remove(p, DRAM, &par);
 	assert_false(kvfs_policy_admit(p, GPU, DRAM, &ch));
-	/* A full lower tier refuses a first-sight tail, not a full block. */
+	/* A full lower tier refuses a first-sight tail, not a full block,
+	 * though a new suffix (@ch's parent is resident) is evicted as
+	 * early as a tail.
+	 */
 	ins(p, DRAM, &other, 2);
 	ch.parent = NULL;
 	assert_true(kvfs_policy_admit(p, GPU, DRAM, &ch));
+	mknode(&tl, 33, NULL, 5);
+	ins(p, GPU, &tl, 3);
+	assert_false(kvfs_policy_admit(p, GPU, DRAM, &tl));
 	kvfs_policy_free(p);
 }
 
@@ -181,6 +238,7 @@ static void test_options(void **state)
 	const char *k2[] = { "nope" }, *v2[] = { "1" };
 	const char *k4[] = { "mini", "span" }, *v4[] = { "0", "32" };
 	const char *k5[] = { "mini" }, *v5[] = { "2" };
+	const char *k6[] = { "suffix" }, *v6[] = { "2" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -192,6 +250,7 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k4, v4, 2, cap, &p), 0);
 	kvfs_policy_free(p);
 	assert_int_equal(kvfs_policy_new("kvfs", k5, v5, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k6, v6, 1, cap, &p), -EINVAL);
 }
 
 static void mref(struct kvfs_pmini *m, struct kvfs_pnode *n, uint64_t r)
@@ -275,6 +334,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_second_sight),
 		cmocka_unit_test(test_tail),
+		cmocka_unit_test(test_suffix),
 		cmocka_unit_test(test_main_clock),
 		cmocka_unit_test(test_dead_weight),
 		cmocka_unit_test(test_filter),
