@@ -53,8 +53,10 @@ static void usage(FILE *f)
 "  --format F            mooncake (ms, 512-token blocks) or bailian\n"
 "                        (s, 16-token blocks)\n"
 "  --block-tokens N      tokens per hash id (overrides the format's)\n"
-"  --gen KIND            zipf-docqa (paper 002) or fewshot (paper 000)\n"
-"  --gen-requests N      requests to generate (3072 / 14042)\n"
+"  --gen KIND            zipf-docqa (paper 002), fewshot (paper 000) or\n"
+"                        chat (multi-turn sessions, after paper 001's\n"
+"                        to-C trace)\n"
+"  --gen-requests N      requests to generate (3072 / 14042 / 20000)\n"
 "  --seed N              generator seed (42)\n"
 "  --gen-out FILE        write the generated trace as bailian JSONL\n"
 "policies:\n"
@@ -324,7 +326,8 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		kvfs_err("kvfs-sim: --trace needs --format");
 		return -EINVAL;
 	}
-	if (o->gen && strcmp(o->gen, "zipf-docqa") && strcmp(o->gen, "fewshot")) {
+	if (o->gen && strcmp(o->gen, "zipf-docqa") &&
+	    strcmp(o->gen, "fewshot") && strcmp(o->gen, "chat")) {
 		kvfs_err("kvfs-sim: unknown generator '%s'", o->gen);
 		return -EINVAL;
 	}
@@ -758,9 +761,12 @@ int main(int argc, char **argv)
 	if (o.gen) {
 		if (o.block_tokens)
 			o.g.block_tokens = o.block_tokens;
-		ret = !strcmp(o.gen, "fewshot") ?
-		      kvfs_trace_gen_fewshot(&o.g, &t) :
-		      kvfs_trace_gen_zipf_docqa(&o.g, &t);
+		if (!strcmp(o.gen, "fewshot"))
+			ret = kvfs_trace_gen_fewshot(&o.g, &t);
+		else if (!strcmp(o.gen, "chat"))
+			ret = kvfs_trace_gen_chat(&o.g, &t);
+		else
+			ret = kvfs_trace_gen_zipf_docqa(&o.g, &t);
 		if (ret)
 			goto out_opts;
 		if (o.gen_out) {

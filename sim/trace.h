@@ -106,16 +106,35 @@ struct kvfs_trace_gen {
 	double subject_alpha;   /* Zipf skew of subject sizes: 0.8 */
 	uint32_t shot_min, shot_max; /* few-shot prefix tokens: 300..700 */
 	uint32_t fq_min, fq_max;     /* question tokens: 40..160 */
+	/* chat (multi-turn sessions, after paper 001's to-C trace) */
+	uint32_t users;         /* 2000, each with its own system prompt */
+	double user_alpha;      /* Zipf skew of sessions per user: 0.9 */
+	uint32_t sys_min, sys_max;   /* system prompt tokens: 200..2000 */
+	uint32_t msg_median;    /* user message tokens, log-normal: 150 */
+	uint32_t out_median;    /* reply tokens, log-normal: 250 */
+	double next_first;      /* P(a second turn) after turn 1: 0.5 */
+	double next_later;      /* P(one more turn) after the others: 0.8 */
+	uint32_t think_ms;      /* mean time between turns: 60000 */
+	uint32_t session_ms;    /* mean time between new sessions: 333 */
+	uint32_t max_turns;     /* 232, the paper's longest session */
+	uint32_t max_context;   /* tokens; a session ends beyond: 131072 */
 };
 
 /* @g gets the defaults in the comments above. */
 void kvfs_trace_gen_defaults(struct kvfs_trace_gen *g);
 /* Build the workload into an empty bailian-format trace @t (type "text",
- * turn 1, parent -1). 0, -EINVAL (bad knobs) or -ENOMEM.
+ * turn 1, parent -1). 0, -EINVAL (bad knobs) or -ENOMEM.  Deterministic
+ * for g->seed.
  */
 int kvfs_trace_gen_zipf_docqa(const struct kvfs_trace_gen *g,
 			      struct kvfs_trace *t);
 int kvfs_trace_gen_fewshot(const struct kvfs_trace_gen *g,
 			   struct kvfs_trace *t);
+/* Multi-turn sessions: turn k's prompt is the system prompt, every
+ * earlier message and reply, and a new message, so it extends turn
+ * k-1's full blocks; parent_chat_id links the turns, turn counts them.
+ * Same returns as above.
+ */
+int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t);
 
 #endif

@@ -106,47 +106,59 @@ static void test_tail(void **state)
 	kvfs_policy_free(p);
 }
 
+/* True when the next two victims are @a and @b, in either order (the
+ * blocks of one request share an order stamp).
+ */
+static bool evict_pair(struct kvfs_policy *p, struct kvfs_pnode *a,
+		       struct kvfs_pnode *b)
+{
+	struct kvfs_pnode *x = evict(p, GPU), *y = evict(p, GPU);
+
+	return (x == a && y == b) || (x == b && y == a);
+}
+
 /* The new blocks a request adds after a prefix it found resident (its
  * suffix) go before the first sights of a new chain, though they are
- * newer: they are rarely read again (a few-shot query after its shared
- * examples).  A block under a parent on its first sight takes its
- * parent's class.  `suffix` = 0 treats them as any first sight.
+ * newer, once that prefix has had a suffix before: it is then shared,
+ * and what follows it is a one-off query (a few-shot question after its
+ * examples).  The first suffix a prefix gets may be a conversation's
+ * next turn and stays an ordinary first sight.  A block under a parent
+ * on its first sight takes its parent's class.  `suffix` = 0 treats
+ * them all as any first sight.
  */
 static void run_suffix(bool on)
 {
 	const char *k[] = { "suffix" }, *v[] = { on ? "1" : "0" };
 	uint64_t cap[KVFS_NTIERS] = { 8, 0, 0 };
 	struct kvfs_policy *p = NULL;
-	struct kvfs_pnode h, s1, s2, r1, r2, *x, *y;
+	struct kvfs_pnode h, s1, s2, u1, u2, r1, r2;
 	struct kvfs_pnode *path[1] = { &h };
-	struct kvfs_paccess acc = { .now = 3, .request = 3, .hit = true };
+	struct kvfs_paccess a3 = { .now = 3, .request = 3, .hit = true };
+	struct kvfs_paccess a4 = { .now = 4, .request = 4, .hit = true };
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
 	mknode(&h, 30, NULL, 16);
 	mknode(&s1, 31, &h, 16);
 	mknode(&s2, 32, &s1, 16);
+	mknode(&u1, 35, &h, 16);
+	mknode(&u2, 36, &u1, 16);
 	mknode(&r1, 33, NULL, 16);
 	mknode(&r2, 34, &r1, 16);
 	ins(p, GPU, &h, 1);
 	ins(p, GPU, &r1, 2); /* a new chain */
 	ins(p, GPU, &r2, 2);
-	kvfs_policy_access(p, path, 1, &acc); /* h: a known prefix */
-	ins(p, GPU, &s1, 3); /* its new suffix */
+	kvfs_policy_access(p, path, 1, &a3); /* h: a known prefix */
+	ins(p, GPU, &s1, 3); /* its first suffix */
 	ins(p, GPU, &s2, 3);
-	x = evict(p, GPU);
-	y = evict(p, GPU);
-	if (on) {
-		assert_true((x == &s1 && y == &s2) || (x == &s2 && y == &s1));
-	} else {
-		assert_true((x == &r1 && y == &r2) || (x == &r2 && y == &r1));
-	}
-	x = evict(p, GPU);
-	y = evict(p, GPU);
-	if (on) {
-		assert_true((x == &r1 && y == &r2) || (x == &r2 && y == &r1));
-	} else {
-		assert_true((x == &s1 && y == &s2) || (x == &s2 && y == &s1));
-	}
+	kvfs_policy_access(p, path, 1, &a4);
+	ins(p, GPU, &u1, 4); /* its second: h is shared */
+	ins(p, GPU, &u2, 4);
+	if (on)
+		assert_true(evict_pair(p, &u1, &u2));
+	assert_true(evict_pair(p, &r1, &r2));
+	assert_true(evict_pair(p, &s1, &s2));
+	if (!on)
+		assert_true(evict_pair(p, &u1, &u2));
 	assert_ptr_equal(evict(p, GPU), &h);
 	kvfs_policy_free(p);
 }
@@ -185,7 +197,7 @@ static void test_main_clock(void **state)
 static void test_dead_weight(void **state)
 {
 	struct kvfs_policy *p = mk(1, 1);
-	struct kvfs_pnode par, ch, other, tl;
+	struct kvfs_pnode par, ch, other, tl, par2, c1, c2;
 
 	mknode(&par, 30, NULL, 16);
 	mknode(&ch, 31, &par, 16);
@@ -195,9 +207,9 @@ static void test_dead_weight(void **state)
 	assert_true(kvfs_policy_admit(p, GPU, DRAM, &ch));
 	kvfs_policy_remove(p, DRAM, &par);
 	assert_false(kvfs_policy_admit(p, GPU, DRAM, &ch));
-	/* A full lower tier refuses a first-sight tail, not a full block,
-	 * though a new suffix (@ch's parent is resident) is evicted as
-	 * early as a tail.
+	/* A full lower tier refuses a first-sight tail, not a full block
+	 * (a suffix of a shared prefix, evicted as early as a tail, is
+	 * still admitted).
 	 */
 	ins(p, DRAM, &other, 2);
 	ch.parent = NULL;
@@ -205,6 +217,17 @@ static void test_dead_weight(void **state)
 	mknode(&tl, 33, NULL, 5);
 	ins(p, GPU, &tl, 3);
 	assert_false(kvfs_policy_admit(p, GPU, DRAM, &tl));
+	mknode(&par2, 34, NULL, 16);
+	mknode(&c1, 35, &par2, 16);
+	mknode(&c2, 36, &par2, 16);
+	ins(p, DRAM, &par2, 4);
+	ins(p, GPU, &c1, 5);
+	ins(p, GPU, &c2, 6); /* par2's second suffix */
+	assert_true(kvfs_policy_admit(p, GPU, DRAM, &c2));
+	assert_ptr_equal(evict(p, GPU), &tl);
+	assert_ptr_equal(evict(p, GPU), &c2);
+	assert_ptr_equal(evict(p, GPU), &ch);
+	assert_ptr_equal(evict(p, GPU), &c1);
 	kvfs_policy_free(p);
 }
 

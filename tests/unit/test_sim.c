@@ -453,6 +453,67 @@ static void test_gen_fewshot_roundtrip(void **state)
 	kvfs_trace_release(&b);
 }
 
+/* The chat generator: deterministic for a seed; a later turn names the
+ * turn before it and extends that turn's full blocks (the context only
+ * grows at its end) with its own, and its last partial block is new; a
+ * share of the requests are later turns, as next_first and next_later
+ * say; nothing is generated from impossible knobs.
+ */
+static void test_gen_chat(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace a, b;
+	size_t later = 0, deep = 0;
+
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 3000;
+	g.users = 50;
+	assert_int_equal(kvfs_trace_gen_chat(&g, &a), 0);
+	assert_int_equal(a.nreq, 3000);
+	assert_int_equal(kvfs_trace_gen_chat(&g, &b), 0);
+	assert_int_equal(a.nhash, b.nhash);
+	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
+	kvfs_trace_release(&b);
+	for (size_t i = 0; i < a.nreq; i++) {
+		const struct kvfs_trace_req *r = &a.req[i], *p;
+		uint32_t pfull;
+
+		assert_int_equal(r->chat_id, (int64_t)i);
+		assert_int_equal(r->nhash, (r->input_len + 15) / 16);
+		if (i)
+			assert_true(r->ts_ms >= a.req[i - 1].ts_ms);
+		if (r->parent_chat_id < 0) {
+			assert_int_equal(r->turn, 1);
+			continue;
+		}
+		later++;
+		assert_true(r->parent_chat_id < (int64_t)i);
+		p = &a.req[r->parent_chat_id];
+		assert_int_equal(r->turn, p->turn + 1);
+		/* The parent's prompt and reply, then a new message. */
+		assert_true(r->input_len > p->input_len + p->output_len);
+		pfull = p->input_len / 16;
+		assert_memory_equal(&a.hash[p->off], &a.hash[r->off],
+				    pfull * sizeof(*a.hash));
+		if (r->input_len % 16)
+			for (size_t k = 0; k < i; k++)
+				assert_true(a.hash[a.req[k].off +
+						   a.req[k].nhash - 1] !=
+					    a.hash[r->off + r->nhash - 1]);
+		if (r->turn >= 3)
+			deep++;
+	}
+	/* Half the sessions get a second turn, 0.8 of those a third... */
+	assert_true(later > a.nreq / 3 && later < a.nreq * 9 / 10);
+	assert_true(deep > 0);
+	kvfs_trace_release(&a);
+	g.next_first = 1.5;
+	assert_int_equal(kvfs_trace_gen_chat(&g, &b), -EINVAL);
+	kvfs_trace_gen_defaults(&g);
+	g.users = 0;
+	assert_int_equal(kvfs_trace_gen_chat(&g, &b), -EINVAL);
+}
+
 /* On the few-shot stream the offline optimum beats LRU clearly: the
  * unique question blocks are never reused.
  */
@@ -522,6 +583,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_identity),
 		cmocka_unit_test(test_gen_docqa),
 		cmocka_unit_test(test_gen_fewshot_roundtrip),
+		cmocka_unit_test(test_gen_chat),
 		cmocka_unit_test(test_fewshot_gap),
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_fleet_hand),
