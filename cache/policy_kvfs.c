@@ -119,7 +119,9 @@ static bool kv_dead(const struct kvfs_pnode *n)
 	return n->parent && !n->parent->tiers;
 }
 
-/* The list a block enters @tier on, seen @seen times before. */
+/* The list a block enters @tier on, seen @seen times before.  A suffix
+ * of a known prefix is counted in that parent's hist[1].
+ */
 static int kv_class(struct kv_priv *f, const struct kvfs_pnode *n,
 		    uint32_t seen, int tier)
 {
