@@ -398,23 +398,66 @@ static int set_rope(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+/* A key whose value is one of a few words. */
+struct conf_word {
+	const char *word;
+	int value;
+};
+
+/*
+ * pick_word() - the value of @val in @words (terminated by a NULL word):
+ * 0 with *@v set, or fail()'s -EINVAL with "expected a, b or c", the
+ * words in table order.
+ */
+static int pick_word(struct conf_state *st, const struct conf_key *k,
+		     const char *val, const struct conf_word *words, int *v)
+{
+	char list[128];
+	size_t n = 0;
+
+	for (size_t i = 0; words[i].word; i++)
+		if (!strcmp(val, words[i].word)) {
+			*v = words[i].value;
+			return 0;
+		}
+	list[0] = 0;
+	for (size_t i = 0; words[i].word && n < sizeof(list); i++) {
+		const char *sep = !i ? "" : words[i + 1].word ? ", " : " or ";
+
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", sep,
+				      words[i].word);
+	}
+	return fail(st, st->lineno, "%s = '%s': expected %s", k->name, val,
+		    list);
+}
+
+/* pick_word() into an int field. */
+static int set_word(struct conf_state *st, const struct conf_key *k,
+		    const char *val, void *field,
+		    const struct conf_word *words)
+{
+	int v = 0, rc = pick_word(st, k, val, words, &v);
+
+	if (!rc)
+		memcpy(field, &v, sizeof(v));
+	return rc;
+}
+
 static int set_store_as(struct conf_state *st, const struct conf_key *k,
 			const char *val, void *field)
 {
-	uint32_t v;
+	static const struct conf_word words[] = {
+		{ "kv", KVFS_STORE_KV },
+		{ "hidden", KVFS_STORE_HIDDEN },
+		{ "auto", KVFS_STORE_AUTO },
+		{ NULL, 0 },
+	};
+	int v = 0, rc = pick_word(st, k, val, words, &v);
+	uint32_t u = (uint32_t)v;
 
-	if (!strcmp(val, "kv"))
-		v = KVFS_STORE_KV;
-	else if (!strcmp(val, "hidden"))
-		v = KVFS_STORE_HIDDEN;
-	else if (!strcmp(val, "auto"))
-		v = KVFS_STORE_AUTO;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected kv, hidden or auto", k->name,
-			    val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	if (!rc)
+		memcpy(field, &u, sizeof(u));
+	return rc;
 }
 
 /* ---- sections ---- */
@@ -495,37 +538,33 @@ static const struct conf_key daemon_keys[] = {
 static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
 			   const char *val, void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "auto", KVFS_PARAMS_PINNED_AUTO },
+		{ "yes", KVFS_PARAMS_PINNED_YES },
+		{ "no", KVFS_PARAMS_PINNED_NO },
+		{ NULL, 0 },
+	};
+	int rc = set_word(st, k, val, field, words);
 
-	if (!strcmp(val, "auto"))
-		v = KVFS_PARAMS_PINNED_AUTO;
-	else if (!strcmp(val, "yes"))
-		v = KVFS_PARAMS_PINNED_YES;
-	else if (!strcmp(val, "no"))
-		v = KVFS_PARAMS_PINNED_NO;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected auto, yes or no", k->name,
-			    val);
-	st->pinned_line = st->lineno;
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	if (!rc)
+		st->pinned_line = st->lineno;
+	return rc;
 }
 
 static int set_yes_no(struct conf_state *st, const struct conf_key *k,
 		      const char *val, void *field)
 {
-	bool v;
+	static const struct conf_word words[] = {
+		{ "yes", 1 },
+		{ "no", 0 },
+		{ NULL, 0 },
+	};
+	int v = 0, rc = pick_word(st, k, val, words, &v);
+	bool b = v;
 
-	if (!strcmp(val, "yes"))
-		v = true;
-	else if (!strcmp(val, "no"))
-		v = false;
-	else
-		return fail(st, st->lineno, "%s = '%s': expected yes or no",
-			    k->name, val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	if (!rc)
+		memcpy(field, &b, sizeof(b));
+	return rc;
 }
 
 static const struct conf_key dram_keys[] = {
@@ -547,56 +586,40 @@ static const struct conf_key ssd_keys[] = {
 static int set_gpu_backend(struct conf_state *st, const struct conf_key *k,
 			   const char *val, void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "none", KVFS_PARAMS_GPU_NONE },
+		{ "shm", KVFS_PARAMS_GPU_SHM },
+		{ "cuda", KVFS_PARAMS_GPU_CUDA },
+		{ NULL, 0 },
+	};
 
-	if (!strcmp(val, "none"))
-		v = KVFS_PARAMS_GPU_NONE;
-	else if (!strcmp(val, "shm"))
-		v = KVFS_PARAMS_GPU_SHM;
-	else if (!strcmp(val, "cuda"))
-		v = KVFS_PARAMS_GPU_CUDA;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected none, shm or cuda", k->name,
-			    val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	return set_word(st, k, val, field, words);
 }
 
 static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
 			   const char *val, void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "auto", KVFS_PARAMS_RESTORE_AUTO },
+		{ "gpu", KVFS_PARAMS_RESTORE_GPU },
+		{ "cpu", KVFS_PARAMS_RESTORE_CPU },
+		{ NULL, 0 },
+	};
 
-	if (!strcmp(val, "auto"))
-		v = KVFS_PARAMS_RESTORE_AUTO;
-	else if (!strcmp(val, "gpu"))
-		v = KVFS_PARAMS_RESTORE_GPU;
-	else if (!strcmp(val, "cpu"))
-		v = KVFS_PARAMS_RESTORE_CPU;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected auto, gpu or cpu", k->name,
-			    val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	return set_word(st, k, val, field, words);
 }
 
 static int set_gpu_restore_weights(struct conf_state *st,
 				   const struct conf_key *k, const char *val,
 				   void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "f32", KVFS_PARAMS_RWEIGHTS_F32 },
+		{ "bf16", KVFS_PARAMS_RWEIGHTS_BF16 },
+		{ NULL, 0 },
+	};
 
-	if (!strcmp(val, "f32"))
-		v = KVFS_PARAMS_RWEIGHTS_F32;
-	else if (!strcmp(val, "bf16"))
-		v = KVFS_PARAMS_RWEIGHTS_BF16;
-	else
-		return fail(st, st->lineno, "%s = '%s': expected f32 or bf16",
-			    k->name, val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	return set_word(st, k, val, field, words);
 }
 
 static const struct conf_key gpu_keys[] = {
@@ -1008,36 +1031,26 @@ static int set_remote_prefix(struct conf_state *st, const struct conf_key *k,
 static int set_remote_write(struct conf_state *st, const struct conf_key *k,
 			    const char *val, void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "back", KVFS_REMOTE_WRITE_BACK },
+		{ "through", KVFS_REMOTE_WRITE_THROUGH },
+		{ "off", KVFS_REMOTE_WRITE_OFF },
+		{ NULL, 0 },
+	};
 
-	if (!strcmp(val, "back"))
-		v = KVFS_REMOTE_WRITE_BACK;
-	else if (!strcmp(val, "through"))
-		v = KVFS_REMOTE_WRITE_THROUGH;
-	else if (!strcmp(val, "off"))
-		v = KVFS_REMOTE_WRITE_OFF;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected back, through or off",
-			    k->name, val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	return set_word(st, k, val, field, words);
 }
 
 static int set_remote_admit(struct conf_state *st, const struct conf_key *k,
 			    const char *val, void *field)
 {
-	int v;
+	static const struct conf_word words[] = {
+		{ "policy", KVFS_REMOTE_ADMIT_POLICY },
+		{ "all", KVFS_REMOTE_ADMIT_ALL },
+		{ NULL, 0 },
+	};
 
-	if (!strcmp(val, "policy"))
-		v = KVFS_REMOTE_ADMIT_POLICY;
-	else if (!strcmp(val, "all"))
-		v = KVFS_REMOTE_ADMIT_ALL;
-	else
-		return fail(st, st->lineno,
-			    "%s = '%s': expected policy or all", k->name, val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
+	return set_word(st, k, val, field, words);
 }
 
 /* A duration in milliseconds: "250ms", "2s", or a bare number of ms. */
