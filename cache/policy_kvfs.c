@@ -15,17 +15,25 @@
  *    (fewer tokens than the largest block seen); the next turn extends it
  *    into a different block, so a first-sight partial block is the first
  *    to go (its own list), and is refused by a full lower tier.
- *  - The request's new suffix, under a shared prefix.  A first sight
- *    under a parent that is a known prefix (any parent but one still on
- *    its first sight in this tier) is the new part of a request that
- *    reused a prefix.  The first such suffix a block gets may be a
- *    conversation's next turn; from the second on the block is a shared
- *    prefix (few-shot examples, a system prompt) and its suffixes are
- *    one-off queries, read again far less often (never on few-shot, 0.02
- *    against 0.46 for new chains on the Mooncake trace).  Those join the
- *    tail's list, evicted first; hist[1] counts a block's suffixes.  A
- *    block under a parent on its first sight takes its parent's list.  A
- *    full one is still admitted below (`suffix` = 0: any first sight).
+ *  - The request's new suffix.  A first sight under a parent that is a
+ *    known prefix (any parent but one still on its first sight in this
+ *    tier) is the new part of a request that reused a prefix.  The first
+ *    such suffix a block gets is a conversation's next turn: the turn
+ *    after it will read it again, so it enters main (`turn` = 0: a first
+ *    sight).  From the second on the block is a shared prefix (few-shot
+ *    examples, a system prompt) and its suffixes are one-off queries,
+ *    read again far less often (never on few-shot, 0.02 against 0.46 for
+ *    new chains on the Mooncake trace).  Those join the tail's list,
+ *    evicted first; hist[1] counts a block's suffixes.  A block under a
+ *    parent on its first sight takes its parent's list.  A full one is
+ *    still admitted below (`suffix` = 0: any first sight).
+ *  - The conversation.  A turn and every block filled below it are a
+ *    conversation's (KV_CONV), unless a second suffix made them a shared
+ *    prefix (KV_SHARED, marked up to the root).  Their hits buy at most
+ *    `conv` (1) CLOCK passes instead of 3: each turn reads the whole
+ *    context again, so hits there say the session goes on, not that the
+ *    block is popular, and a session that ended should leave at the
+ *    next pass.
  *  - The prefix tree.  A child of an evicted parent is dead weight: a
  *    victim is taken from the head of its list even when it has resident
  *    children, and in the last tier the caller drops them with it, so a
@@ -54,13 +62,13 @@
  * for every trace and size): mini (1: shadows choose the horizon),
  * window (8; setting it fixes the horizon and turns the shadows off),
  * span (the horizon the sketch's width is sized for: 32 with shadows,
- * else window), prob (0), ghost (1), tail (1), suffix (1), leaf (0),
- * lru (0: 1 makes main an LRU), credit (0: CLOCK passes a returning
- * block gets from its sketch count).
+ * else window), prob (0), ghost (1), tail (1), suffix (1), turn (1),
+ * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
+ * passes a returning block gets from its sketch count).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
- * parents of suffixes.
+ * every block it classes (suffix count and flags).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -80,7 +88,12 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_MINI_SHIFT 10 /* sample at most 1/1024 of the chains */
 #define KV_MINI_DECAY 4 /* a shadow's score loses 1/16 per epoch */
 #define KV_MINI_HYST 50 /* per mille a shadow must lead by to be adopted */
-#define KV_FAN_MAX 255 /* hist[1]: new suffixes seen under a block, capped */
+#define KV_CONV_PASSES 1 /* most CLOCK passes of a conversation's block */
+/* hist[1]: the new suffixes seen under a block (capped), and flags. */
+#define KV_FAN_MAX 255
+#define KV_FAN_MASK 0xffull
+#define KV_SHARED (1ull << 8) /* it or a descendant has had two suffixes */
+#define KV_CONV (1ull << 9) /* a conversation's block: a turn or below one */
 
 /* The horizons (`window`) the shadows try; the first is the start. */
 static const uint32_t kv_cand[] = { 8, 16 };
@@ -112,6 +125,9 @@ struct kv_priv {
 	bool no_ghost, no_tail, leaf, lru;
 	bool suffix; /* set by init from no_suffix */
 	bool no_suffix;
+	bool turn, no_turn; /* turn: set by init from no_turn */
+	uint32_t conv; /* most CLOCK passes of a conversation's block */
+	bool conv_set;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -119,11 +135,22 @@ static bool kv_dead(const struct kvfs_pnode *n)
 	return n->parent && !n->parent->tiers;
 }
 
-/* The list a block enters @tier on, seen @seen times before.  A suffix
- * of a known prefix is counted in that parent's hist[1].
+/* @q has had a second suffix: it is a shared prefix, and so is every
+ * block above it.  Each block is marked once, so the walk stops at the
+ * first one already marked.
  */
-static int kv_class(struct kv_priv *f, const struct kvfs_pnode *n,
-		    uint32_t seen, int tier)
+static void kv_share(struct kvfs_pnode *q)
+{
+	for (; q && !(q->hist[1] & KV_SHARED); q = q->parent)
+		q->hist[1] |= KV_SHARED;
+}
+
+/* The list a block enters @tier on, seen @seen times before.  A suffix
+ * of a known prefix is counted in that parent's hist[1]; a conversation's
+ * next turn is marked KV_CONV.
+ */
+static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
+		    int tier)
 {
 	struct kvfs_pnode *q = n->parent;
 
@@ -139,14 +166,21 @@ static int kv_class(struct kv_priv *f, const struct kvfs_pnode *n,
 		    (q->t[tier].list == KV_PROB || q->t[tier].list == KV_TAIL))
 			return q->t[tier].list;
 		/* The new suffix of a known prefix.  The first one a parent
-		 * gets may be a conversation going on (its next turn comes
-		 * back through it); from the second on the parent is a shared
-		 * prefix, and its suffixes are one-off queries.
+		 * gets is a conversation going on: its next turn, which will
+		 * come back through it, so it enters main.  From the second
+		 * on the parent is a shared prefix, and its suffixes are
+		 * one-off queries.
 		 */
-		if (q->hist[1] < KV_FAN_MAX)
+		if ((q->hist[1] & KV_FAN_MASK) < KV_FAN_MAX)
 			q->hist[1]++;
-		if (q->hist[1] > 1)
+		if ((q->hist[1] & KV_FAN_MASK) > 1) {
+			kv_share(q);
 			return KV_TAIL;
+		}
+		if (f->turn) {
+			n->hist[1] |= KV_CONV;
+			return KV_MAIN;
+		}
 	}
 	return KV_PROB;
 }
@@ -170,11 +204,11 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 {
 	/* The shadows run this policy as configured, but for the horizon. */
 	static const char *const keys[] = {
-		"mini", "window", "prob", "span",   "ghost",
-		"tail", "leaf",	  "lru",  "credit", "suffix",
+		"mini", "window", "prob",   "span",   "ghost", "tail",
+		"leaf", "lru",	  "credit", "suffix", "turn",  "conv",
 	};
-	char v[10][16];
-	const char *vals[10];
+	char v[12][16];
+	const char *vals[12];
 	uint64_t cap = 0, blocks;
 	uint32_t shift = 0;
 
@@ -192,12 +226,14 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 	snprintf(v[7], sizeof(v[7]), "%d", f->lru);
 	snprintf(v[8], sizeof(v[8]), "%u", f->credit);
 	snprintf(v[9], sizeof(v[9]), "%d", f->suffix);
-	for (size_t i = 0; i < 10; i++)
+	snprintf(v[10], sizeof(v[10]), "%d", f->turn);
+	snprintf(v[11], sizeof(v[11]), "%u", f->conv);
+	for (size_t i = 0; i < 12; i++)
 		vals[i] = v[i];
 	for (size_t c = 0; c < KV_NCAND; c++) {
 		snprintf(v[1], sizeof(v[1]), "%u", kv_cand[c]);
 		if (kvfs_pmini_init(&f->sh[c], &kvfs_policy_kvfs_ops, keys,
-				    vals, 10, cap >> shift, shift, 0)) {
+				    vals, 12, cap >> shift, shift, 0)) {
 			while (c-- > 0)
 				kvfs_pmini_release(&f->sh[c]);
 			kvfs_warn(
@@ -269,6 +305,9 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		}
 		kvfs_psketch_add(&f->sk, n->key);
 		cls = kv_class(f, n, seen, tier);
+		/* Below a turn is the same conversation. */
+		if (n->parent && (n->parent->hist[1] & KV_CONV))
+			n->hist[1] |= KV_CONV;
 		/* A returning block's history seeds its CLOCK count. */
 		credit = seen > f->credit ? f->credit : seen;
 	} else {
@@ -283,6 +322,18 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	n->t[tier].idx = cls == KV_MAIN ? credit : 0;
 	kvfs_plist_place(&f->t[tier].l[cls], n, tier,
 			 kvfs_pclock_stamp(&f->clock, a));
+}
+
+/* The most CLOCK passes hits can buy @x.  A conversation's context is
+ * read again at every turn and dies with the session: its hits say the
+ * session goes on, not that the block is popular, so it gets fewer than
+ * a block many requests share.
+ */
+static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
+{
+	if ((x->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV)
+		return f->conv;
+	return 3 + f->credit;
 }
 
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
@@ -304,7 +355,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 			if (!(x->tiers & (1u << t)))
 				continue;
 			if (!f->lru && x->t[t].list == KV_MAIN) {
-				if (x->t[t].idx < 3 + f->credit)
+				if (x->t[t].idx < kv_passes(f, x))
 					x->t[t].idx++;
 				continue;
 			}
@@ -443,6 +494,11 @@ static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 		f->span = (uint32_t)v;
 	} else if (!strcmp(key, "suffix") && v <= 1) {
 		f->no_suffix = !v;
+	} else if (!strcmp(key, "turn") && v <= 1) {
+		f->no_turn = !v;
+	} else if (!strcmp(key, "conv") && v <= 3) {
+		f->conv = (uint32_t)v;
+		f->conv_set = true;
 	} else if (!strcmp(key, "leaf") && v <= 1) {
 		f->leaf = v;
 	} else {
@@ -465,6 +521,9 @@ static int kv_init(struct kvfs_policy *p)
 	f->ghost = !f->no_ghost;
 	f->tail = !f->no_tail;
 	f->suffix = !f->no_suffix;
+	f->turn = !f->no_turn;
+	if (!f->conv_set)
+		f->conv = KV_CONV_PASSES;
 	/* Shadows choose the horizon, unless one was set. */
 	f->mini = !f->no_mini && !f->window_set;
 	if (f->mini)

@@ -121,14 +121,14 @@ static bool evict_pair(struct kvfs_policy *p, struct kvfs_pnode *a,
  * suffix) go before the first sights of a new chain, though they are
  * newer, once that prefix has had a suffix before: it is then shared,
  * and what follows it is a one-off query (a few-shot question after its
- * examples).  The first suffix a prefix gets may be a conversation's
- * next turn and stays an ordinary first sight.  A block under a parent
- * on its first sight takes its parent's class.  `suffix` = 0 treats
- * them all as any first sight.
+ * examples).  A block under a parent on its first sight takes its
+ * parent's class.  `suffix` = 0 treats them all as any first sight.
+ * (The first suffix, a conversation's next turn, is test_turn's; here it
+ * stays a first sight.)
  */
 static void run_suffix(bool on)
 {
-	const char *k[] = { "suffix" }, *v[] = { on ? "1" : "0" };
+	const char *k[] = { "suffix", "turn" }, *v[] = { on ? "1" : "0", "0" };
 	uint64_t cap[KVFS_NTIERS] = { 8, 0, 0 };
 	struct kvfs_policy *p = NULL;
 	struct kvfs_pnode h, s1, s2, u1, u2, r1, r2;
@@ -136,7 +136,7 @@ static void run_suffix(bool on)
 	struct kvfs_paccess a3 = { .now = 3, .request = 3, .hit = true };
 	struct kvfs_paccess a4 = { .now = 4, .request = 4, .hit = true };
 
-	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 2, cap, &p), 0);
 	mknode(&h, 30, NULL, 16);
 	mknode(&s1, 31, &h, 16);
 	mknode(&s2, 32, &s1, 16);
@@ -167,6 +167,64 @@ static void test_suffix(void **state)
 {
 	run_suffix(true);
 	run_suffix(false);
+}
+
+/* The first suffix a known prefix gets is a conversation's next turn: it
+ * enters main, so it outlives a newer new chain (with `turn` = 0 it is a
+ * first sight, older, and goes first).  A turn and the blocks below it
+ * are the conversation's: their hits buy at most `conv` CLOCK passes (1),
+ * so with the same hits the prefix they hang from outlives them; with
+ * `conv` = 3 it is the other way round, the prefix being older.
+ */
+static void run_turn(bool on, const char *conv)
+{
+	const char *k[] = { "turn", "conv" }, *v[] = { on ? "1" : "0", conv };
+	uint64_t cap[KVFS_NTIERS] = { 8, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, t1, t2, r1, r2;
+	struct kvfs_pnode *path[3] = { &h, &t1, &t2 };
+	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 2, cap, &p), 0);
+	mknode(&h, 60, NULL, 16);
+	mknode(&t1, 61, &h, 16);
+	mknode(&t2, 62, &t1, 16);
+	mknode(&r1, 63, NULL, 16);
+	mknode(&r2, 64, &r1, 16);
+	ins(p, GPU, &h, 1);
+	kvfs_policy_access(p, path, 1, &a); /* h: a known prefix */
+	ins(p, GPU, &t1, 3); /* its next turn */
+	ins(p, GPU, &t2, 3);
+	ins(p, GPU, &r1, 4); /* a new chain, newer */
+	ins(p, GPU, &r2, 4);
+	if (!on) {
+		assert_true(evict_pair(p, &t1, &t2));
+		assert_true(evict_pair(p, &r1, &r2));
+		kvfs_policy_free(p);
+		return;
+	}
+	assert_true(evict_pair(p, &r1, &r2));
+	/* The turn read again three times, with its prefix. */
+	for (uint64_t r = 5; r < 8; r++) {
+		struct kvfs_paccess b = { .now = r, .request = r, .hit = true };
+
+		kvfs_policy_access(p, path, 3, &b);
+	}
+	if (!strcmp(conv, "1")) {
+		assert_true(evict_pair(p, &t1, &t2));
+		assert_ptr_equal(evict(p, GPU), &h);
+	} else {
+		assert_ptr_equal(evict(p, GPU), &h);
+		assert_true(evict_pair(p, &t1, &t2));
+	}
+	kvfs_policy_free(p);
+}
+
+static void test_turn(void **state)
+{
+	run_turn(true, "1");
+	run_turn(true, "3");
+	run_turn(false, "1");
 }
 
 /* Main is a CLOCK: a hit buys one more pass; hits move nothing. */
@@ -262,6 +320,8 @@ static void test_options(void **state)
 	const char *k4[] = { "mini", "span" }, *v4[] = { "0", "32" };
 	const char *k5[] = { "mini" }, *v5[] = { "2" };
 	const char *k6[] = { "suffix" }, *v6[] = { "2" };
+	const char *k7[] = { "turn" }, *v7[] = { "2" };
+	const char *k8[] = { "conv" }, *v8[] = { "4" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -274,6 +334,8 @@ static void test_options(void **state)
 	kvfs_policy_free(p);
 	assert_int_equal(kvfs_policy_new("kvfs", k5, v5, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k6, v6, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k7, v7, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k8, v8, 1, cap, &p), -EINVAL);
 }
 
 static void mref(struct kvfs_pmini *m, struct kvfs_pnode *n, uint64_t r)
@@ -358,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_second_sight),
 		cmocka_unit_test(test_tail),
 		cmocka_unit_test(test_suffix),
+		cmocka_unit_test(test_turn),
 		cmocka_unit_test(test_main_clock),
 		cmocka_unit_test(test_dead_weight),
 		cmocka_unit_test(test_filter),
