@@ -352,6 +352,7 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory CFLAGS="-O2 -g" all
 	$(Q)BUILD=$(BUILD) tests/bench/run.sh
 	$(Q)BUILD=$(BUILD) tests/bench/ssd_prefault.sh
+	$(Q)BUILD=$(BUILD) tests/bench/sim_bench.sh
 
 # ---- install ----
 # PREFIX for the programs, libkvfs and its header, the Python module and

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Policy results for docs/policies.md: runs kvfs-sim on the Mooncake trace
-# and on the generated workloads of papers 002 and 000, and prints the
-# tables as Markdown (figures only, nothing is asserted).
+# and on the generated workloads of papers 002 and 000 (and, for issue 16,
+# the chat generator and the fleet mode), and prints the tables as
+# Markdown (figures only, nothing is asserted).
 #
 # Environment: BUILD (default build), TRACE (default
 # ../shared/traces/mooncake_synthetic.jsonl), OUT (where the sweep CSV/PNG
@@ -120,6 +121,31 @@ multi "Mooncake: GPU 2%, DRAM 10%, SSD 20% of unique blocks" \
 	"$MOON --gpu-blocks 878 --dram-blocks 4392 --ssd-blocks 8785"
 multi "Few-shot, paper 000's two tiers: GPU 0.5%, host DRAM = GPU" \
 	"--gen fewshot --gpu-blocks 513 --dram-blocks 513"
+
+# Issue 16: kvfs's own policy against the published online policies, at
+# 1/2/5/10% of each trace's unique blocks, hit ratio and modeled TTFT
+# (docs/policies.md, "kvfs").
+I16="--policy lru --policy arc --policy s3fifo --policy sieve --policy kvfs"
+echo
+echo "### kvfs against lru, arc, s3fifo and sieve (bold: best online)"
+# title|source|more policies (belady needs one cache, so not the fleet)
+for set in "mooncake|$MOON|--policy belady" \
+	"zipf-docqa seed 42|--gen zipf-docqa --seed 42|--policy belady" \
+	"fewshot seed 42|--gen fewshot --seed 42|--policy belady" \
+	"zipf-docqa seed 7|--gen zipf-docqa --seed 7|--policy belady" \
+	"fewshot seed 7|--gen fewshot --seed 7|--policy belady" \
+	"chat seed 42|--gen chat --seed 42|--policy belady" \
+	"chat seed 7|--gen chat --seed 7|--policy belady" \
+	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr|" \
+	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|"; do
+	title=${set%%|*}
+	rest=${set#*|}
+	echo
+	echo "#### $title"
+	echo
+	# shellcheck disable=SC2086
+	$SIM ${rest%|*} --tables $I16 ${rest##*|} 2>/dev/null
+done
 
 # shellcheck disable=SC2086
 $SIM $MOON --sweep --sweep-out "$OUT/mooncake" $(pflags) >/dev/null 2>&1
