@@ -99,6 +99,45 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 static const uint32_t kv_cand[] = { 8, 16 };
 #define KV_NCAND (sizeof(kv_cand) / sizeof(kv_cand[0]))
 
+/* The options, for the ablation: each a number from lo to hi, def when
+ * not given (span's 0: derived in init).  One table serves parsing,
+ * defaults and the shadows, which are handed every option so they run
+ * the configuration the real policy runs.
+ */
+enum kv_opt {
+	KO_MINI, /* 1: shadows choose the horizon */
+	KO_WINDOW, /* the horizon, in capacities; setting it fixes it */
+	KO_SPAN, /* the horizon the sketch's width is sized for; 0: derived */
+	KO_PROB, /* per mille of a tier kept for probation */
+	KO_GHOST, /* admission on second sight */
+	KO_TAIL, /* partial first-sight tails on the evicted-first list */
+	KO_SUFFIX, /* suffixes of shared prefixes on that list too */
+	KO_TURN, /* a conversation's next turn enters main */
+	KO_CONV, /* most CLOCK passes of a conversation's block */
+	KO_LEAF, /* victims only among leaves */
+	KO_LRU, /* main as an LRU instead of a CLOCK */
+	KO_CREDIT, /* CLOCK passes a returning block gets from its history */
+	KO_N
+};
+
+static const struct kv_optdef {
+	const char *key;
+	uint32_t lo, hi, def;
+} kv_opts[KO_N] = {
+	[KO_MINI] = { "mini", 0, 1, 1 },
+	[KO_WINDOW] = { "window", 1, 1000000, KV_WINDOW },
+	[KO_SPAN] = { "span", 1, 1000000, 0 },
+	[KO_PROB] = { "prob", 0, 1000, KV_PROB_SHARE },
+	[KO_GHOST] = { "ghost", 0, 1, 1 },
+	[KO_TAIL] = { "tail", 0, 1, 1 },
+	[KO_SUFFIX] = { "suffix", 0, 1, 1 },
+	[KO_TURN] = { "turn", 0, 1, 1 },
+	[KO_CONV] = { "conv", 0, 3, KV_CONV_PASSES },
+	[KO_LEAF] = { "leaf", 0, 1, 0 },
+	[KO_LRU] = { "lru", 0, 1, 0 },
+	[KO_CREDIT] = { "credit", 0, 15, 0 },
+};
+
 struct kv_tier {
 	struct kvfs_plist l[4]; /* indexed by KV_*; [0] unused */
 };
@@ -109,10 +148,11 @@ struct kv_priv {
 	struct kvfs_psketch sk;
 	uint32_t maxtok; /* largest block seen, in tokens */
 	uint64_t ins, insz; /* fills from nowhere and their total size */
-	/* options */
-	uint32_t window, prob; /* 0: the default */
-	uint32_t credit; /* most CLOCK credit from history */
-	bool prob_set;
+	uint32_t opt[KO_N]; /* as set, then defaults (init) */
+	uint32_t opt_set; /* 1 << KO_*: given by the caller */
+	/* what init derives from opt[] */
+	uint32_t window; /* the horizon now (the shadows move it) */
+	uint32_t prob, credit, conv;
 	uint32_t span; /* the sketch's width is sized for this horizon */
 	/* Miniature simulations: one shadow per candidate horizon. */
 	struct kvfs_pmini sh[KV_NCAND];
@@ -120,14 +160,7 @@ struct kv_priv {
 	uint64_t mrefs, epoch; /* sampled references: since, between choices */
 	uint32_t cur; /* the candidate in use */
 	bool mini, mini_on, mini_fail; /* wanted; running; could not start */
-	bool no_mini, window_set;
-	bool ghost, tail; /* set by init from the no_* below */
-	bool no_ghost, no_tail, leaf, lru;
-	bool suffix; /* set by init from no_suffix */
-	bool no_suffix;
-	bool turn, no_turn; /* turn: set by init from no_turn */
-	uint32_t conv; /* most CLOCK passes of a conversation's block */
-	bool conv_set;
+	bool ghost, tail, suffix, turn, leaf, lru;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -202,13 +235,12 @@ static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
 static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 			  const struct kvfs_pnode *n)
 {
-	/* The shadows run this policy as configured, but for the horizon. */
-	static const char *const keys[] = {
-		"mini", "window", "prob",   "span",   "ghost", "tail",
-		"leaf", "lru",	  "credit", "suffix", "turn",  "conv",
-	};
-	char v[12][16];
-	const char *vals[12];
+	/* The shadows run this policy as configured, but for the horizon:
+	 * no shadows of their own, their candidate's window, and the span
+	 * the real sketch has (theirs would derive another without shadows).
+	 */
+	const char *keys[KO_N], *vals[KO_N];
+	char v[KO_N][16];
 	uint64_t cap = 0, blocks;
 	uint32_t shift = 0;
 
@@ -217,23 +249,18 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 	blocks = cap / (n->size ? n->size : 1);
 	while (shift < KV_MINI_SHIFT && (blocks >> (shift + 1)) >= KV_MINI_MIN)
 		shift++;
-	snprintf(v[0], sizeof(v[0]), "0");
-	snprintf(v[2], sizeof(v[2]), "%u", f->prob);
-	snprintf(v[3], sizeof(v[3]), "%u", f->span);
-	snprintf(v[4], sizeof(v[4]), "%d", f->ghost);
-	snprintf(v[5], sizeof(v[5]), "%d", f->tail);
-	snprintf(v[6], sizeof(v[6]), "%d", f->leaf);
-	snprintf(v[7], sizeof(v[7]), "%d", f->lru);
-	snprintf(v[8], sizeof(v[8]), "%u", f->credit);
-	snprintf(v[9], sizeof(v[9]), "%d", f->suffix);
-	snprintf(v[10], sizeof(v[10]), "%d", f->turn);
-	snprintf(v[11], sizeof(v[11]), "%u", f->conv);
-	for (size_t i = 0; i < 12; i++)
-		vals[i] = v[i];
+	for (int o = 0; o < KO_N; o++) {
+		keys[o] = kv_opts[o].key;
+		vals[o] = v[o];
+		snprintf(v[o], sizeof(v[o]), "%u",
+			 o == KO_MINI ? 0 :
+			 o == KO_SPAN ? f->span :
+					f->opt[o]);
+	}
 	for (size_t c = 0; c < KV_NCAND; c++) {
-		snprintf(v[1], sizeof(v[1]), "%u", kv_cand[c]);
+		snprintf(v[KO_WINDOW], sizeof(v[KO_WINDOW]), "%u", kv_cand[c]);
 		if (kvfs_pmini_init(&f->sh[c], &kvfs_policy_kvfs_ops, keys,
-				    vals, 12, cap >> shift, shift, 0)) {
+				    vals, KO_N, cap >> shift, shift, 0)) {
 			while (c-- > 0)
 				kvfs_pmini_release(&f->sh[c]);
 			kvfs_warn(
@@ -468,43 +495,23 @@ static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 	struct kv_priv *f = p->priv;
 	unsigned long v;
 	char *end;
+	int o;
 
+	for (o = 0; o < KO_N && strcmp(key, kv_opts[o].key); o++)
+		;
+	if (o == KO_N) {
+		kvfs_err("kvfs: unknown option %s", key);
+		return -EINVAL;
+	}
 	v = strtoul(val, &end, 10);
-	if (end == val || *end || *val == '-' || v > 1000000) {
-		kvfs_err("kvfs: %s wants a number, got '%s'", key, val);
+	if (end == val || *end || *val == '-' || v < kv_opts[o].lo ||
+	    v > kv_opts[o].hi) {
+		kvfs_err("kvfs: %s wants a number from %u to %u, got '%s'", key,
+			 kv_opts[o].lo, kv_opts[o].hi, val);
 		return -EINVAL;
 	}
-	if (!strcmp(key, "window") && v >= 1) {
-		f->window = (uint32_t)v;
-		f->window_set = true;
-	} else if (!strcmp(key, "prob") && v <= 1000) {
-		f->prob = (uint32_t)v;
-		f->prob_set = true;
-	} else if (!strcmp(key, "ghost") && v <= 1) {
-		f->no_ghost = !v;
-	} else if (!strcmp(key, "tail") && v <= 1) {
-		f->no_tail = !v;
-	} else if (!strcmp(key, "credit") && v <= 15) {
-		f->credit = (uint32_t)v;
-	} else if (!strcmp(key, "lru") && v <= 1) {
-		f->lru = v;
-	} else if (!strcmp(key, "mini") && v <= 1) {
-		f->no_mini = !v;
-	} else if (!strcmp(key, "span") && v >= 1) {
-		f->span = (uint32_t)v;
-	} else if (!strcmp(key, "suffix") && v <= 1) {
-		f->no_suffix = !v;
-	} else if (!strcmp(key, "turn") && v <= 1) {
-		f->no_turn = !v;
-	} else if (!strcmp(key, "conv") && v <= 3) {
-		f->conv = (uint32_t)v;
-		f->conv_set = true;
-	} else if (!strcmp(key, "leaf") && v <= 1) {
-		f->leaf = v;
-	} else {
-		kvfs_err("kvfs: unknown option or bad value %s = %s", key, val);
-		return -EINVAL;
-	}
+	f->opt[o] = (uint32_t)v;
+	f->opt_set |= 1u << o;
 	return 0;
 }
 
@@ -514,22 +521,26 @@ static int kv_init(struct kvfs_policy *p)
 	struct kv_priv *f = p->priv;
 	uint64_t cap = 0, w = 1024;
 
-	if (!f->window)
-		f->window = KV_WINDOW;
-	if (!f->prob_set)
-		f->prob = KV_PROB_SHARE;
-	f->ghost = !f->no_ghost;
-	f->tail = !f->no_tail;
-	f->suffix = !f->no_suffix;
-	f->turn = !f->no_turn;
-	if (!f->conv_set)
-		f->conv = KV_CONV_PASSES;
+	for (int o = 0; o < KO_N; o++)
+		if (!(f->opt_set & (1u << o)))
+			f->opt[o] = kv_opts[o].def;
+	f->window = f->opt[KO_WINDOW];
+	f->prob = f->opt[KO_PROB];
+	f->credit = f->opt[KO_CREDIT];
+	f->conv = f->opt[KO_CONV];
+	f->ghost = f->opt[KO_GHOST];
+	f->tail = f->opt[KO_TAIL];
+	f->suffix = f->opt[KO_SUFFIX];
+	f->turn = f->opt[KO_TURN];
+	f->leaf = f->opt[KO_LEAF];
+	f->lru = f->opt[KO_LRU];
 	/* Shadows choose the horizon, unless one was set. */
-	f->mini = !f->no_mini && !f->window_set;
+	f->mini = f->opt[KO_MINI] && !(f->opt_set & (1u << KO_WINDOW));
 	if (f->mini)
 		f->window = kv_cand[0];
-	if (!f->span)
-		f->span = f->mini ? KV_SPAN : f->window;
+	f->span = f->opt[KO_SPAN] ? f->opt[KO_SPAN] :
+		  f->mini	  ? KV_SPAN :
+				    f->window;
 
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		cap += p->capacity[t];
