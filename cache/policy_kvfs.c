@@ -152,7 +152,6 @@ struct kv_priv {
 	uint32_t opt_set; /* 1 << KO_*: given by the caller */
 	/* what init derives from opt[] */
 	uint32_t window; /* the horizon now (the shadows move it) */
-	uint32_t prob, credit, conv;
 	uint32_t span; /* the sketch's width is sized for this horizon */
 	/* Miniature simulations: one shadow per candidate horizon. */
 	struct kvfs_pmini sh[KV_NCAND];
@@ -160,7 +159,6 @@ struct kv_priv {
 	uint64_t mrefs, epoch; /* sampled references: since, between choices */
 	uint32_t cur; /* the candidate in use */
 	bool mini, mini_on, mini_fail; /* wanted; running; could not start */
-	bool ghost, tail, suffix, turn, leaf, lru;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -187,11 +185,11 @@ static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
 {
 	struct kvfs_pnode *q = n->parent;
 
-	if (!f->ghost || seen >= 1)
+	if (!f->opt[KO_GHOST] || seen >= 1)
 		return KV_MAIN;
-	if (f->tail && n->tokens < f->maxtok)
+	if (f->opt[KO_TAIL] && n->tokens < f->maxtok)
 		return KV_TAIL;
-	if (f->suffix && q) {
+	if (f->opt[KO_SUFFIX] && q) {
 		/* A parent still on its first sight: the same run of new
 		 * blocks, the same class.
 		 */
@@ -210,7 +208,7 @@ static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
 			kv_share(q);
 			return KV_TAIL;
 		}
-		if (f->turn) {
+		if (f->opt[KO_TURN]) {
 			n->hist[1] |= KV_CONV;
 			return KV_MAIN;
 		}
@@ -336,7 +334,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		if (n->parent && (n->parent->hist[1] & KV_CONV))
 			n->hist[1] |= KV_CONV;
 		/* A returning block's history seeds its CLOCK count. */
-		credit = seen > f->credit ? f->credit : seen;
+		credit = seen > f->opt[KO_CREDIT] ? f->opt[KO_CREDIT] : seen;
 	} else {
 		/* A move keeps the class it had in the tier it leaves. */
 		cls = KV_PROB;
@@ -359,8 +357,8 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
 {
 	if ((x->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV)
-		return f->conv;
-	return 3 + f->credit;
+		return f->opt[KO_CONV];
+	return 3 + f->opt[KO_CREDIT];
 }
 
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
@@ -381,7 +379,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 
 			if (!(x->tiers & (1u << t)))
 				continue;
-			if (!f->lru && x->t[t].list == KV_MAIN) {
+			if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
 				if (x->t[t].idx < kv_passes(f, x))
 					x->t[t].idx++;
 				continue;
@@ -409,7 +407,7 @@ static struct kvfs_pnode *kv_scan(struct kv_priv *f, struct kvfs_plist *l,
 				  int tier, kvfs_policy_ok_fn ok, void *arg)
 {
 	for (struct kvfs_pnode *x = l->head; x; x = x->t[tier].next) {
-		if (f->leaf && x->children[tier] && !kv_dead(x))
+		if (f->opt[KO_LEAF] && x->children[tier] && !kv_dead(x))
 			continue;
 		if (ok(x, arg))
 			return x;
@@ -437,7 +435,7 @@ static struct kvfs_pnode *kv_clock(struct kv_priv *f, struct kvfs_plist *l,
 				nx = l->head;
 			continue;
 		}
-		if (f->leaf && x->children[tier] && !kv_dead(x))
+		if (f->opt[KO_LEAF] && x->children[tier] && !kv_dead(x))
 			continue;
 		if (ok(x, arg))
 			return x;
@@ -450,7 +448,7 @@ static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
 {
 	struct kv_priv *f = p->priv;
 	struct kv_tier *q = &f->t[tier];
-	uint64_t keep = p->capacity[tier] * f->prob / 1000;
+	uint64_t keep = p->capacity[tier] * f->opt[KO_PROB] / 1000;
 	struct kvfs_pnode *x;
 
 	if (q->l[KV_TAIL].size + q->l[KV_PROB].size > keep ||
@@ -461,8 +459,8 @@ static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
 		if (x)
 			return x;
 	}
-	x = f->lru ? kv_scan(f, &q->l[KV_MAIN], tier, ok, arg) :
-		     kv_clock(f, &q->l[KV_MAIN], tier, ok, arg);
+	x = f->opt[KO_LRU] ? kv_scan(f, &q->l[KV_MAIN], tier, ok, arg) :
+			     kv_clock(f, &q->l[KV_MAIN], tier, ok, arg);
 	if (!x)
 		x = kv_scan(f, &q->l[KV_TAIL], tier, ok, arg);
 	if (!x)
@@ -525,15 +523,6 @@ static int kv_init(struct kvfs_policy *p)
 		if (!(f->opt_set & (1u << o)))
 			f->opt[o] = kv_opts[o].def;
 	f->window = f->opt[KO_WINDOW];
-	f->prob = f->opt[KO_PROB];
-	f->credit = f->opt[KO_CREDIT];
-	f->conv = f->opt[KO_CONV];
-	f->ghost = f->opt[KO_GHOST];
-	f->tail = f->opt[KO_TAIL];
-	f->suffix = f->opt[KO_SUFFIX];
-	f->turn = f->opt[KO_TURN];
-	f->leaf = f->opt[KO_LEAF];
-	f->lru = f->opt[KO_LRU];
 	/* Shadows choose the horizon, unless one was set. */
 	f->mini = f->opt[KO_MINI] && !(f->opt_set & (1u << KO_WINDOW));
 	if (f->mini)
