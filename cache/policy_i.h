@@ -108,6 +108,40 @@ uint32_t kvfs_psketch_get(const struct kvfs_psketch *s, const uint8_t key[16]);
 bool kvfs_psketch_add(struct kvfs_psketch *s, const uint8_t key[16]);
 
 /*
+ * A history table: one 48-bit word per block key that a policy wants to
+ * keep about a block it let go, in a fixed size.  A node may be freed once
+ * the block left every tier (the daemon deletes the block), so what a
+ * policy learnt about a block and wants back when the same prefix is
+ * written again lives here, keyed by the key, not in the node.
+ * Buckets of 4 slots, each a 16-bit tag and the word: a bucket keeps the
+ * 4 keys put into it last, so the table holds about the last @slots keys
+ * put; a key whose bucket and tag both collide with another's reads the
+ * other's word (about once per 16,384 lookups of a full table).
+ */
+struct kvfs_phist {
+	uint64_t *slot; /* tag << 48 | word, newest first per bucket; 0 = empty */
+	uint32_t mask;  /* buckets - 1 */
+};
+
+/*
+ * kvfs_phist_init() - allocate @h with @slots slots (a power of two,
+ *   >= 64).  0 or -ENOMEM.
+ * kvfs_phist_release() - free what init allocated; idempotent.
+ * kvfs_phist_put() - remember @word (its low 48 bits; 0 forgets) for @key,
+ *   replacing what @key had; the oldest key of a full bucket is dropped.
+ * kvfs_phist_take() - the word remembered for @key, and forget it; 0 when
+ *   none.
+ * kvfs_phist_prefetch() - start loading @key's bucket, for a take or put
+ *   soon after (the table is larger than a core's caches).
+ * Not locked: the policy's caller serializes them (kvfs_policy_* rules).
+ */
+int kvfs_phist_init(struct kvfs_phist *h, uint32_t slots);
+void kvfs_phist_release(struct kvfs_phist *h);
+void kvfs_phist_put(struct kvfs_phist *h, const uint8_t key[16], uint64_t word);
+uint64_t kvfs_phist_take(struct kvfs_phist *h, const uint8_t key[16]);
+void kvfs_phist_prefetch(const struct kvfs_phist *h, const uint8_t key[16]);
+
+/*
  * kvfs_plist_first() - the first node from the head of @l (tier @tier)
  *   that passes @ok and, when @leaf, is a leaf of the tier; at most @max
  *   nodes are looked at (0 = no bound).  NULL when none.

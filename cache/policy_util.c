@@ -156,6 +156,81 @@ static uint64_t sketch_hash(const uint8_t key[16], int i)
 	return a;
 }
 
+#define PHIST_WORD ((1ull << 48) - 1)
+#define PHIST_WAYS 4
+
+int kvfs_phist_init(struct kvfs_phist *h, uint32_t slots)
+{
+	h->mask = slots / PHIST_WAYS - 1;
+	h->slot = calloc(slots, sizeof(*h->slot));
+	return h->slot ? 0 : -ENOMEM;
+}
+
+void kvfs_phist_release(struct kvfs_phist *h)
+{
+	free(h->slot);
+	h->slot = NULL;
+}
+
+/* A key's bucket (PHIST_WAYS slots, newest first) and tag.  Row
+ * KVFS_PSKETCH_ROWS of the sketch's hash: independent of its rows.
+ */
+static uint64_t *phist_bucket(struct kvfs_phist *h, const uint8_t key[16],
+			      uint64_t *tag)
+{
+	uint64_t x = sketch_hash(key, KVFS_PSKETCH_ROWS);
+
+	*tag = (x >> 48) << 48;
+	return &h->slot[(x & h->mask) * PHIST_WAYS];
+}
+
+/* Take slot @i of bucket @b out, closing the gap at the old end. */
+static void phist_drop(uint64_t *b, int i)
+{
+	for (; i < PHIST_WAYS - 1; i++)
+		b[i] = b[i + 1];
+	b[PHIST_WAYS - 1] = 0;
+}
+
+void kvfs_phist_put(struct kvfs_phist *h, const uint8_t key[16], uint64_t word)
+{
+	uint64_t tag, *b = phist_bucket(h, key, &tag);
+	int i;
+
+	for (i = 0; i < PHIST_WAYS; i++)
+		if (b[i] && (b[i] & ~PHIST_WORD) == tag) {
+			phist_drop(b, i);
+			break;
+		}
+	word &= PHIST_WORD;
+	if (!word)
+		return;
+	/* The oldest falls off the end. */
+	for (i = PHIST_WAYS - 1; i > 0; i--)
+		b[i] = b[i - 1];
+	b[0] = tag | word;
+}
+
+uint64_t kvfs_phist_take(struct kvfs_phist *h, const uint8_t key[16])
+{
+	uint64_t tag, *b = phist_bucket(h, key, &tag), word;
+
+	for (int i = 0; i < PHIST_WAYS && b[i]; i++)
+		if ((b[i] & ~PHIST_WORD) == tag) {
+			word = b[i] & PHIST_WORD;
+			phist_drop(b, i);
+			return word;
+		}
+	return 0;
+}
+
+void kvfs_phist_prefetch(const struct kvfs_phist *h, const uint8_t key[16])
+{
+	uint64_t x = sketch_hash(key, KVFS_PSKETCH_ROWS);
+
+	__builtin_prefetch(&h->slot[(x & h->mask) * PHIST_WAYS], 1);
+}
+
 int kvfs_psketch_init(struct kvfs_psketch *s, uint32_t width, uint64_t sample)
 {
 	s->width = width;
