@@ -34,6 +34,20 @@
  *    context again, so hits there say the session goes on, not that the
  *    block is popular, and a session that ended should leave at the
  *    next pass.
+ *  - A conversation's refilled context.  When a conversation's blocks
+ *    come back, on average, later than main keeps a block it does not hit
+ *    (its reach, by Little's law), a refill is held in probation while
+ *    its request runs: if the request goes on past it with a new block
+ *    (the next turn) it stays there, and main keeps the blocks many
+ *    requests share; if not (a question asked again) it moves to main
+ *    (`refill`: 0 always main, 2 always held).
+ *  - History outlives the node.  The daemon frees a block's node when the
+ *    block leaves the last tier; what the policy learnt of it (suffix
+ *    count, conversation and shared flags, when it was last referenced)
+ *    goes to a table keyed by the block key (struct kvfs_phist) and comes
+ *    back when the same prefix is written again (`hist` = 0: forgotten).
+ *    forget() leaves the node as a new one, so the simulator, whose nodes
+ *    live on, knows no more than the daemon.
  *  - The prefix tree.  A child of an evicted parent is dead weight: a
  *    victim is taken from the head of its list even when it has resident
  *    children, and in the last tier the caller drops them with it, so a
@@ -64,11 +78,13 @@
  * span (the horizon the sketch's width is sized for: 32 with shadows,
  * else window), prob (0), ghost (1), tail (1), suffix (1), turn (1),
  * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
- * passes a returning block gets from its sketch count).
+ * passes a returning block gets from its sketch count), refill (1),
+ * hist (1; the shadows run with 0).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
- * every block it classes (suffix count and flags).
+ * every block it classes (suffix count, flags, and the stamp of its last
+ * reference); clears hist[1] in forget().
  */
 #include <errno.h>
 #include <stdio.h>
@@ -94,6 +110,15 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_FAN_MASK 0xffull
 #define KV_SHARED (1ull << 8) /* it or a descendant has had two suffixes */
 #define KV_CONV (1ull << 9) /* a conversation's block: a turn or below one */
+#define KV_REFILL (1ull << 10) /* refilled context held in probation */
+#define KV_REF (1ull << 11) /* referenced before: the stamp is set */
+#define KV_REF_SHIFT 12 /* the stamp: fills from nowhere at last reference */
+#define KV_REF_MASK ((1ull << 36) - 1)
+/* What the history table keeps of a block let go: all but KV_REFILL. */
+#define KV_KEEP (((1ull << 48) - 1) & ~KV_REFILL)
+#define KV_HIST_SHIFT 2 /* history slots: 4 per sketch counter of a row */
+#define KV_GATE_MIN 64 /* samples the refill gate wants on each side */
+#define KV_GATE_DECAY 4 /* its sums halve every 4 capacities of fills */
 
 /* The horizons (`window`) the shadows try; the first is the start. */
 static const uint32_t kv_cand[] = { 8, 16 };
@@ -117,6 +142,8 @@ enum kv_opt {
 	KO_LEAF, /* victims only among leaves */
 	KO_LRU, /* main as an LRU instead of a CLOCK */
 	KO_CREDIT, /* CLOCK passes a returning block gets from its history */
+	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
+	KO_HIST, /* keep what is known of blocks let go (the history table) */
 	KO_N
 };
 
@@ -136,6 +163,8 @@ static const struct kv_optdef {
 	[KO_LEAF] = { "leaf", 0, 1, 0 },
 	[KO_LRU] = { "lru", 0, 1, 0 },
 	[KO_CREDIT] = { "credit", 0, 15, 0 },
+	[KO_REFILL] = { "refill", 0, 2, 1 },
+	[KO_HIST] = { "hist", 0, 1, 1 },
 };
 
 struct kv_tier {
@@ -146,6 +175,7 @@ struct kv_priv {
 	struct kv_tier t[KVFS_NTIERS];
 	struct kvfs_pclock clock;
 	struct kvfs_psketch sk;
+	struct kvfs_phist hist; /* hist[1] of blocks let go, by key */
 	uint32_t maxtok; /* largest block seen, in tokens */
 	uint64_t ins, insz; /* fills from nowhere and their total size */
 	uint32_t opt[KO_N]; /* as set, then defaults (init) */
@@ -159,6 +189,19 @@ struct kv_priv {
 	uint64_t mrefs, epoch; /* sampled references: since, between choices */
 	uint32_t cur; /* the candidate in use */
 	bool mini, mini_on, mini_fail; /* wanted; running; could not start */
+	/* The refill gate: a conversation's mean gap between references
+	 * against main's reach, both in fills from nowhere, decayed.
+	 */
+	uint64_t fills; /* fills from nowhere, ever */
+	uint64_t gap_sum, gap_n; /* conversations' references: gaps, count */
+	uint64_t main_in, main_fills; /* entries into main; fills */
+	/* The refills of the request in progress held in probation: the
+	 * deepest (NULL: none) and its request.  Its ancestors flagged
+	 * KV_REFILL are the rest; kv_forget() clears it before any of them
+	 * can be freed.
+	 */
+	struct kvfs_pnode *rf_last;
+	uint64_t rf_req;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -176,12 +219,143 @@ static void kv_share(struct kvfs_pnode *q)
 		q->hist[1] |= KV_SHARED;
 }
 
-/* The list a block enters @tier on, seen @seen times before.  A suffix
+static bool kv_conv(const struct kvfs_pnode *n)
+{
+	return (n->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV;
+}
+
+/* A reference to @n (a hit or a fill from nowhere): a conversation's
+ * block adds its gap since its last one to the gate's mean.
+ */
+static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
+{
+	if ((n->hist[1] & KV_REF) && kv_conv(n)) {
+		f->gap_sum += (f->fills - (n->hist[1] >> KV_REF_SHIFT)) &
+			      KV_REF_MASK;
+		f->gap_n++;
+	}
+	n->hist[1] = (n->hist[1] & ((1ull << KV_REF_SHIFT) - 1)) | KV_REF |
+		     ((f->fills & KV_REF_MASK) << KV_REF_SHIFT);
+}
+
+/* Capacity in blocks: the sum of the tiers' over the mean block size. */
+static uint64_t kv_blocks(const struct kvfs_policy *p, const struct kv_priv *f)
+{
+	uint64_t cap = 0, avg = f->ins ? f->insz / f->ins : 1;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		cap += p->capacity[t];
+	return cap / (avg ? avg : 1);
+}
+
+/* A fill from nowhere, classed into main or not: the gate's counts, halved
+ * every KV_GATE_DECAY capacities of fills so they follow the workload.
+ */
+static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
+{
+	f->fills++;
+	f->main_fills++;
+	f->main_in += to_main;
+	if (f->main_fills > KV_GATE_DECAY * kv_blocks(p, f) + 1024) {
+		f->main_fills >>= 1;
+		f->main_in >>= 1;
+		f->gap_sum >>= 1;
+		f->gap_n >>= 1;
+	}
+}
+
+/* Whether a conversation's refilled context is held in probation.  Main
+ * keeps a block it does not hit for its reach (blocks in main over
+ * entries into main per fill: Little's law).  When a conversation's
+ * blocks come back later than that on average, refilling them into main
+ * displaces blocks main would have hit and buys few hits of their own.
+ */
+static bool kv_gate(const struct kv_priv *f)
+{
+	uint64_t in_main = 0;
+
+	if (f->opt[KO_REFILL] != 1)
+		return f->opt[KO_REFILL] == 2;
+	if (f->gap_n < KV_GATE_MIN || f->main_in < KV_GATE_MIN)
+		return false;
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		in_main += f->t[t].l[KV_MAIN].count;
+	return f->gap_sum / f->gap_n > in_main * f->main_fills / f->main_in;
+}
+
+/* Clear KV_REFILL from @q up the chain; the blocks stay where they are. */
+static void kv_refill_end(struct kv_priv *f, struct kvfs_pnode *q)
+{
+	for (; q && (q->hist[1] & KV_REFILL); q = q->parent)
+		q->hist[1] &= ~KV_REFILL;
+	f->rf_last = NULL;
+}
+
+/* The held refills move to main: the request did not go on past them (a
+ * question asked again, not a next turn), or they are a shared prefix.
+ */
+static void kv_refill_promote(struct kv_priv *f)
+{
+	for (struct kvfs_pnode *x = f->rf_last; x && (x->hist[1] & KV_REFILL);
+	     x = x->parent) {
+		x->hist[1] &= ~KV_REFILL;
+		for (int t = 0; t < KVFS_NTIERS; t++) {
+			uint64_t st;
+
+			if (!(x->tiers & (1u << t)) || x->t[t].list != KV_PROB)
+				continue;
+			st = kvfs_plist_stamp(x, t);
+			kvfs_plist_unlink(&f->t[t].l[KV_PROB], x, t);
+			x->t[t].list = KV_MAIN;
+			x->t[t].idx = 0;
+			kvfs_plist_place(&f->t[t].l[KV_MAIN], x, t, st);
+			f->main_in++;
+		}
+	}
+	f->rf_last = NULL;
+}
+
+/* A new request: the last one's held refills were not extended. */
+static void kv_refill_flush(struct kv_priv *f, const struct kvfs_paccess *a)
+{
+	if (f->rf_last && a && a->request != f->rf_req)
+		kv_refill_promote(f);
+}
+
+/* A block filled from nowhere under @q, which holds refills.  @known: the
+ * block was referenced before (the sketch may have forgotten it, the
+ * history table did not): more of the same context, held with it.  A
+ * block never seen: the request goes on past its context, a next turn,
+ * and the refills stay in probation; unless @q has had a suffix before,
+ * which makes it a shared prefix (a document's next question): then they
+ * go to main and the block is a one-off query.
+ */
+static int kv_class_held(struct kv_priv *f, struct kvfs_pnode *n,
+			 struct kvfs_pnode *q, bool known)
+{
+	if (known) {
+		n->hist[1] |= KV_REFILL;
+		f->rf_last = n;
+		return KV_PROB;
+	}
+	if ((q->hist[1] & KV_FAN_MASK) < KV_FAN_MAX)
+		q->hist[1]++;
+	if ((q->hist[1] & KV_FAN_MASK) > 1) {
+		kv_share(q);
+		kv_refill_promote(f);
+		return KV_TAIL;
+	}
+	kv_refill_end(f, q);
+	return KV_PROB;
+}
+
+/* The list a block enters @tier on, seen @seen times before (@known: it
+ * was referenced before, as the history table remembers).  A suffix
  * of a known prefix is counted in that parent's hist[1]; a conversation's
  * next turn is marked KV_CONV.
  */
 static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
-		    int tier)
+		    int tier, bool known)
 {
 	struct kvfs_pnode *q = n->parent;
 
@@ -189,6 +363,11 @@ static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
 		return KV_MAIN;
 	if (f->opt[KO_TAIL] && n->tokens < f->maxtok)
 		return KV_TAIL;
+	if (q && (q->hist[1] & KV_REFILL)) {
+		if (q == f->rf_last)
+			return kv_class_held(f, n, q, known);
+		kv_refill_end(f, q); /* left over from a chain cut short */
+	}
 	if (f->opt[KO_SUFFIX] && q) {
 		/* A parent still on its first sight: the same run of new
 		 * blocks, the same class.
@@ -219,11 +398,8 @@ static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
 /* Blocks the sketch should span: `window` x the capacity in blocks. */
 static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
 {
-	uint64_t cap = 0, avg = f->ins ? f->insz / f->ins : 1;
+	uint64_t cap = kv_blocks(p, f);
 
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		cap += p->capacity[t];
-	cap /= avg ? avg : 1;
 	f->sk.sample = (uint64_t)f->window * (cap ? cap : 1);
 }
 
@@ -236,6 +412,9 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 	/* The shadows run this policy as configured, but for the horizon:
 	 * no shadows of their own, their candidate's window, and the span
 	 * the real sketch has (theirs would derive another without shadows).
+	 * Nor a history table: it would cost each shadow a cache miss per
+	 * fill and per eviction, and the horizons chosen without it are as
+	 * good (docs/policies.md, tenth round).
 	 */
 	const char *keys[KO_N], *vals[KO_N];
 	char v[KO_N][16];
@@ -251,9 +430,9 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 		keys[o] = kv_opts[o].key;
 		vals[o] = v[o];
 		snprintf(v[o], sizeof(v[o]), "%u",
-			 o == KO_MINI ? 0 :
-			 o == KO_SPAN ? f->span :
-					f->opt[o]);
+			 o == KO_MINI || o == KO_HIST ? 0 :
+			 o == KO_SPAN		      ? f->span :
+							f->opt[o]);
 	}
 	for (size_t c = 0; c < KV_NCAND; c++) {
 		snprintf(v[KO_WINDOW], sizeof(v[KO_WINDOW]), "%u", kv_cand[c]);
@@ -314,9 +493,20 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	uint32_t credit = 0;
 	int cls;
 
+	kv_refill_flush(f, a);
 	if (n->tiers == (1u << tier)) {
 		/* From nowhere: a miss being filled or a new write. */
-		uint32_t seen = kvfs_psketch_get(&f->sk, n->key);
+		uint32_t seen;
+		bool known;
+
+		if (f->hist.slot)
+			kvfs_phist_prefetch(&f->hist, n->key);
+		seen = kvfs_psketch_get(&f->sk, n->key);
+
+		/* A block let go and written again: what was known of it. */
+		if (f->hist.slot && !(n->hist[1] & KV_REF))
+			n->hist[1] |= kvfs_phist_take(&f->hist, n->key);
+		known = n->hist[1] & KV_REF;
 
 		if (n->tokens > f->maxtok)
 			f->maxtok = n->tokens;
@@ -329,7 +519,22 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			kv_horizon(p, f);
 		}
 		kvfs_psketch_add(&f->sk, n->key);
-		cls = kv_class(f, n, seen, tier);
+		kv_ref(f, n);
+		if (seen && kv_conv(n) && kv_gate(f)) {
+			/* A conversation's context, refilled: held in
+			 * probation until the request shows whether it goes
+			 * on past it.
+			 */
+			if (f->rf_last && n->parent != f->rf_last)
+				kv_refill_promote(f);
+			cls = KV_PROB;
+			n->hist[1] |= KV_REFILL;
+			f->rf_last = n;
+			f->rf_req = a ? a->request : 0;
+		} else {
+			cls = kv_class(f, n, seen, tier, known);
+		}
+		kv_fill(p, f, cls == KV_MAIN);
 		/* Below a turn is the same conversation. */
 		if (n->parent && (n->parent->hist[1] & KV_CONV))
 			n->hist[1] |= KV_CONV;
@@ -365,8 +570,10 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		      size_t n, const struct kvfs_paccess *a)
 {
 	struct kv_priv *f = p->priv;
-	uint64_t st = kvfs_pclock_stamp(&f->clock, a);
+	uint64_t st;
 
+	kv_refill_flush(f, a);
+	st = kvfs_pclock_stamp(&f->clock, a);
 	for (size_t i = 0; i < n; i++)
 		kv_mini_ref(p, f, path[i], a);
 	/* Deepest first: each lands at the tail of the newest segment. */
@@ -374,6 +581,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		struct kvfs_pnode *x = path[i];
 
 		kvfs_psketch_add(&f->sk, x->key);
+		kv_ref(f, x);
 		for (int t = 0; t < KVFS_NTIERS; t++) {
 			struct kv_tier *q = &f->t[t];
 
@@ -387,6 +595,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 			x->t[t].idx = 0;
 			kvfs_plist_unlink(&q->l[x->t[t].list], x, t);
 			x->t[t].list = KV_MAIN;
+			f->main_in++;
 			kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
 		}
 	}
@@ -403,6 +612,22 @@ static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 /* The first block of @l that passes @ok (a leaf or a dead block, with
  * `leaf`).
  */
+/* @n left every tier, and its node may be freed (the daemon deletes the
+ * block): what the policy knows of it goes to the history table, keyed by
+ * the key, and the node is left as a new one would be, so the simulator's
+ * nodes, which live on, know no more than the daemon's.
+ */
+static void kv_forget(struct kvfs_policy *p, struct kvfs_pnode *n)
+{
+	struct kv_priv *f = p->priv;
+
+	if (n->hist[1] & KV_REFILL)
+		f->rf_last = NULL;
+	if (f->hist.slot)
+		kvfs_phist_put(&f->hist, n->key, n->hist[1] & KV_KEEP);
+	n->hist[1] = 0;
+}
+
 static struct kvfs_pnode *kv_scan(struct kv_priv *f, struct kvfs_plist *l,
 				  int tier, kvfs_policy_ok_fn ok, void *arg)
 {
@@ -538,8 +763,15 @@ static int kv_init(struct kvfs_policy *p)
 	 */
 	while (w < (1u << 20) && w < cap * f->span / 2)
 		w <<= 1;
-	return kvfs_psketch_init(&f->sk, (uint32_t)w,
-				 (uint64_t)f->window * (cap ? cap : 1));
+	if (f->opt[KO_HIST] &&
+	    kvfs_phist_init(&f->hist, (uint32_t)w << KV_HIST_SHIFT))
+		return -ENOMEM;
+	if (kvfs_psketch_init(&f->sk, (uint32_t)w,
+			      (uint64_t)f->window * (cap ? cap : 1))) {
+		kvfs_phist_release(&f->hist);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static void kv_release(struct kvfs_policy *p)
@@ -547,6 +779,7 @@ static void kv_release(struct kvfs_policy *p)
 	struct kv_priv *f = p->priv;
 
 	kvfs_psketch_release(&f->sk);
+	kvfs_phist_release(&f->hist);
 	if (f->mini_on)
 		for (size_t c = 0; c < KV_NCAND; c++)
 			kvfs_pmini_release(&f->sh[c]);
@@ -562,6 +795,7 @@ const struct kvfs_policy_ops kvfs_policy_kvfs_ops = {
 	.insert = kv_insert,
 	.access = kv_access,
 	.remove = kv_remove,
+	.forget = kv_forget,
 	.victim = kv_victim,
 	.admit = kv_admit,
 };

@@ -2,8 +2,10 @@
 /*
  * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
  * second sight, the request's tail, its new suffix, dead weight, and the
- * CLOCK of main, each on a small hand-made sequence; and the miniature
- * simulations (cache/policy_mini.c) that choose its horizon.
+ * CLOCK of main, the history kept of blocks let go and the refilled
+ * context of a conversation, each on a small hand-made sequence; the
+ * history table (cache/policy_util.c); and the miniature simulations
+ * (cache/policy_mini.c) that choose its horizon.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -11,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -322,6 +325,7 @@ static void test_options(void **state)
 	const char *k6[] = { "suffix" }, *v6[] = { "2" };
 	const char *k7[] = { "turn" }, *v7[] = { "2" };
 	const char *k8[] = { "conv" }, *v8[] = { "4" };
+	const char *k9[] = { "refill" }, *v9[] = { "3" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -336,6 +340,201 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k6, v6, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k7, v7, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k8, v8, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k9, v9, 1, cap, &p), -EINVAL);
+}
+
+/* The history table gives a key's word back once, keeps the keys put
+ * last when buckets overflow, and a zero word forgets.
+ */
+static void test_hist_table(void **state)
+{
+	struct kvfs_phist h;
+	uint8_t k[16] = { 0 };
+	int kept = 0;
+
+	assert_int_equal(kvfs_phist_init(&h, 64), 0);
+	k[0] = 1;
+	assert_int_equal(kvfs_phist_take(&h, k), 0);
+	kvfs_phist_put(&h, k, 0x123456789abcull);
+	assert_int_equal(kvfs_phist_take(&h, k), 0x123456789abcull);
+	assert_int_equal(kvfs_phist_take(&h, k), 0);
+	kvfs_phist_put(&h, k, 7);
+	kvfs_phist_put(&h, k, 8); /* replaces, not a second copy */
+	assert_int_equal(kvfs_phist_take(&h, k), 8);
+	assert_int_equal(kvfs_phist_take(&h, k), 0);
+	kvfs_phist_put(&h, k, 9);
+	kvfs_phist_put(&h, k, 0);
+	assert_int_equal(kvfs_phist_take(&h, k), 0);
+	/* Bits above the word's 48 are not kept. */
+	kvfs_phist_put(&h, k, (1ull << 48) | 5);
+	assert_int_equal(kvfs_phist_take(&h, k), 5);
+	/* 1,000 keys into 64 slots: the last one put is there, and no
+	 * more than 64 are.
+	 */
+	for (uint32_t i = 0; i < 1000; i++) {
+		memcpy(k + 4, &i, sizeof(i));
+		kvfs_phist_put(&h, k, i + 1);
+	}
+	assert_int_equal(kvfs_phist_take(&h, k), 1000);
+	for (uint32_t i = 0; i < 999; i++) {
+		uint64_t w;
+
+		memcpy(k + 4, &i, sizeof(i));
+		w = kvfs_phist_take(&h, k);
+		assert_true(w == 0 || w == i + 1);
+		kept += w != 0;
+	}
+	assert_true(kept > 0 && kept < 64);
+	kvfs_phist_release(&h);
+	kvfs_phist_release(&h);
+}
+
+/* What the policy learnt of a block outlives its node: forget() leaves
+ * the node as a new one (the daemon frees it), and the block written
+ * again gets its history back from the table.  Here a prefix that had
+ * two suffixes is still a shared prefix after it was let go: its next
+ * suffix is a one-off query and goes before an older new chain, where a
+ * prefix with no history would take it as a conversation's next turn.
+ */
+static void test_history(void **state)
+{
+	uint64_t cap[KVFS_NTIERS] = { 8, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, s1, s2, s3, r1;
+	struct kvfs_pnode *path[1] = { &h };
+	struct kvfs_paccess a = { .hit = true };
+
+	assert_int_equal(kvfs_policy_new("kvfs", NULL, NULL, 0, cap, &p), 0);
+	mknode(&h, 70, NULL, 16);
+	mknode(&s1, 71, &h, 16);
+	mknode(&s2, 72, &h, 16);
+	mknode(&s3, 73, &h, 16);
+	mknode(&r1, 74, NULL, 16);
+	ins(p, GPU, &h, 1);
+	for (uint64_t r = 2; r < 4; r++) {
+		a.now = a.request = r;
+		kvfs_policy_access(p, path, 1, &a);
+		ins(p, GPU, r == 2 ? &s1 : &s2, r);
+	}
+	kvfs_policy_forget(p, &s1);
+	kvfs_policy_forget(p, &s2);
+	kvfs_policy_forget(p, &h);
+	assert_int_equal(h.hist[1], 0);
+	ins(p, GPU, &h, 4); /* seen before: main, and shared again */
+	ins(p, GPU, &r1, 5); /* a new chain */
+	a.now = a.request = 6;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, &s3, 6); /* h's third suffix */
+	assert_ptr_equal(evict(p, GPU), &s3);
+	assert_ptr_equal(evict(p, GPU), &r1);
+	assert_ptr_equal(evict(p, GPU), &h);
+	kvfs_policy_free(p);
+}
+
+/* A conversation: system prompt h, a turn t1 t2 (h's first suffix), let
+ * go.  A later request refills t1 t2.  With `refill` = 2 the refills are
+ * held in probation: if the request goes on past them with a new block
+ * (the next turn, n) they stay there, n with them, and all go before a
+ * newer new chain r; if it does not (the same question again) they move
+ * to main at the next request and outlive r.  With `refill` = 0, and
+ * with 1 before the gate has seen enough, refills enter main at once and
+ * n, t2's first suffix, follows them as a next turn.
+ */
+static void run_refill(const char *mode, bool extend)
+{
+	const char *k[] = { "refill" }, *v[] = { mode };
+	uint64_t cap[KVFS_NTIERS] = { 16, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, t1, t2, n, r;
+	struct kvfs_pnode *path[1] = { &h };
+	struct kvfs_paccess a = { .hit = true };
+	bool held = !strcmp(mode, "2");
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&h, 80, NULL, 16);
+	mknode(&t1, 81, &h, 16);
+	mknode(&t2, 82, &t1, 16);
+	mknode(&n, 83, &t2, 16);
+	mknode(&r, 84, NULL, 16);
+	ins(p, GPU, &h, 1);
+	a.now = a.request = 2;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, &t1, 2); /* h's next turn: a conversation's */
+	ins(p, GPU, &t2, 2);
+	kvfs_policy_forget(p, &t2);
+	kvfs_policy_forget(p, &t1);
+	a.now = a.request = 3;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, &t1, 3); /* refilled */
+	ins(p, GPU, &t2, 3);
+	if (extend)
+		ins(p, GPU, &n, 3); /* the next turn */
+	ins(p, GPU, &r, 4);
+	if (held && extend) {
+		struct kvfs_pnode *x = evict(p, GPU), *y = evict(p, GPU),
+				  *z = evict(p, GPU);
+
+		assert_true(x != &r && y != &r && z != &r && x != &h &&
+			    y != &h && z != &h);
+		assert_ptr_equal(evict(p, GPU), &r);
+	} else {
+		/* In main, and n with them: t2's first suffix, a turn. */
+		assert_ptr_equal(evict(p, GPU), &r);
+	}
+	kvfs_policy_free(p);
+}
+
+static void test_refill(void **state)
+{
+	run_refill("2", true);
+	run_refill("2", false);
+	run_refill("0", true);
+	run_refill("0", false);
+	run_refill("1", true);
+}
+
+/* Held refills may be deleted (unlinked) before the request ends: the
+ * policy must not walk to them after forget(), when their nodes are
+ * freed (the address sanitizer watches this one).
+ */
+static void test_refill_forget(void **state)
+{
+	const char *k[] = { "refill" }, *v[] = { "2" };
+	uint64_t cap[KVFS_NTIERS] = { 16, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, *t1 = malloc(sizeof(*t1)),
+			     *t2 = malloc(sizeof(*t2)), r;
+	struct kvfs_pnode *path[1] = { &h };
+	struct kvfs_paccess a = { .hit = true };
+
+	assert_non_null(t1);
+	assert_non_null(t2);
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&h, 90, NULL, 16);
+	mknode(t1, 91, &h, 16);
+	mknode(t2, 92, t1, 16);
+	mknode(&r, 93, NULL, 16);
+	ins(p, GPU, &h, 1);
+	a.now = a.request = 2;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, t1, 2);
+	ins(p, GPU, t2, 2);
+	kvfs_policy_forget(p, t2);
+	kvfs_policy_forget(p, t1);
+	a.now = a.request = 3;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, t1, 3);
+	ins(p, GPU, t2, 3); /* held */
+	kvfs_policy_forget(p, t2);
+	kvfs_policy_forget(p, t1);
+	free(t2);
+	free(t1);
+	ins(p, GPU, &r, 4); /* a new request: nothing held is left */
+	a.now = a.request = 5;
+	kvfs_policy_access(p, path, 1, &a);
+	assert_ptr_equal(evict(p, GPU), &r);
+	assert_ptr_equal(evict(p, GPU), &h);
+	kvfs_policy_free(p);
 }
 
 static void mref(struct kvfs_pmini *m, struct kvfs_pnode *n, uint64_t r)
@@ -425,6 +624,10 @@ int main(void)
 		cmocka_unit_test(test_dead_weight),
 		cmocka_unit_test(test_filter),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_hist_table),
+		cmocka_unit_test(test_history),
+		cmocka_unit_test(test_refill),
+		cmocka_unit_test(test_refill_forget),
 		cmocka_unit_test(test_mini_tree),
 		cmocka_unit_test(test_mini_sample),
 	};
