@@ -431,6 +431,34 @@ static void test_history(void **state)
 	kvfs_policy_free(p);
 }
 
+/* A policy with `refill` = @mode, and a conversation in it: system prompt
+ * @h, a turn @t1 @t2 (h's first suffix) written at request 2 and let go,
+ * then @t1 @t2 refilled at request 3, after a hit on @h.
+ */
+static struct kvfs_policy *conversation(const char *mode, struct kvfs_pnode *h,
+					struct kvfs_pnode *t1,
+					struct kvfs_pnode *t2)
+{
+	const char *k[] = { "refill" }, *v[] = { mode };
+	uint64_t cap[KVFS_NTIERS] = { 16, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode *path[1] = { h };
+	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	ins(p, GPU, h, 1);
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, t1, 2); /* h's next turn: a conversation's */
+	ins(p, GPU, t2, 2);
+	kvfs_policy_forget(p, t2);
+	kvfs_policy_forget(p, t1);
+	a.now = a.request = 3;
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, t1, 3); /* refilled */
+	ins(p, GPU, t2, 3);
+	return p;
+}
+
 /* A conversation: system prompt h, a turn t1 t2 (h's first suffix), let
  * go.  A later request refills t1 t2.  With `refill` = 2 the refills are
  * held in probation: if the request goes on past them with a new block
@@ -442,31 +470,16 @@ static void test_history(void **state)
  */
 static void run_refill(const char *mode, bool extend)
 {
-	const char *k[] = { "refill" }, *v[] = { mode };
-	uint64_t cap[KVFS_NTIERS] = { 16, 0, 0 };
-	struct kvfs_policy *p = NULL;
+	struct kvfs_policy *p;
 	struct kvfs_pnode h, t1, t2, n, r;
-	struct kvfs_pnode *path[1] = { &h };
-	struct kvfs_paccess a = { .hit = true };
 	bool held = !strcmp(mode, "2");
 
-	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
 	mknode(&h, 80, NULL, 16);
 	mknode(&t1, 81, &h, 16);
 	mknode(&t2, 82, &t1, 16);
 	mknode(&n, 83, &t2, 16);
 	mknode(&r, 84, NULL, 16);
-	ins(p, GPU, &h, 1);
-	a.now = a.request = 2;
-	kvfs_policy_access(p, path, 1, &a);
-	ins(p, GPU, &t1, 2); /* h's next turn: a conversation's */
-	ins(p, GPU, &t2, 2);
-	kvfs_policy_forget(p, &t2);
-	kvfs_policy_forget(p, &t1);
-	a.now = a.request = 3;
-	kvfs_policy_access(p, path, 1, &a);
-	ins(p, GPU, &t1, 3); /* refilled */
-	ins(p, GPU, &t2, 3);
+	p = conversation(mode, &h, &t1, &t2);
 	if (extend)
 		ins(p, GPU, &n, 3); /* the next turn */
 	ins(p, GPU, &r, 4);
@@ -499,38 +512,24 @@ static void test_refill(void **state)
  */
 static void test_refill_forget(void **state)
 {
-	const char *k[] = { "refill" }, *v[] = { "2" };
-	uint64_t cap[KVFS_NTIERS] = { 16, 0, 0 };
-	struct kvfs_policy *p = NULL;
+	struct kvfs_policy *p;
 	struct kvfs_pnode h, *t1 = malloc(sizeof(*t1)),
 			     *t2 = malloc(sizeof(*t2)), r;
 	struct kvfs_pnode *path[1] = { &h };
-	struct kvfs_paccess a = { .hit = true };
+	struct kvfs_paccess a = { .now = 5, .request = 5, .hit = true };
 
 	assert_non_null(t1);
 	assert_non_null(t2);
-	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
 	mknode(&h, 90, NULL, 16);
 	mknode(t1, 91, &h, 16);
 	mknode(t2, 92, t1, 16);
 	mknode(&r, 93, NULL, 16);
-	ins(p, GPU, &h, 1);
-	a.now = a.request = 2;
-	kvfs_policy_access(p, path, 1, &a);
-	ins(p, GPU, t1, 2);
-	ins(p, GPU, t2, 2);
-	kvfs_policy_forget(p, t2);
-	kvfs_policy_forget(p, t1);
-	a.now = a.request = 3;
-	kvfs_policy_access(p, path, 1, &a);
-	ins(p, GPU, t1, 3);
-	ins(p, GPU, t2, 3); /* held */
+	p = conversation("2", &h, t1, t2); /* t1 t2 held */
 	kvfs_policy_forget(p, t2);
 	kvfs_policy_forget(p, t1);
 	free(t2);
 	free(t1);
 	ins(p, GPU, &r, 4); /* a new request: nothing held is left */
-	a.now = a.request = 5;
 	kvfs_policy_access(p, path, 1, &a);
 	assert_ptr_equal(evict(p, GPU), &r);
 	assert_ptr_equal(evict(p, GPU), &h);
