@@ -143,7 +143,7 @@ PY_ENGINE := $(if $(wildcard client/kvfs_engine/engine.py),$(BUILD)/bin/kvfs-tor
 
 # libkvfs: the client library engines link (shared and static), with the
 # block-format code it needs for key chains.
-LIBKVFS_SRCS := $(if $(wildcard client/libkvfs.c),client/libkvfs.c meta/fmt.c meta/util.c meta/log.c)
+LIBKVFS_SRCS := $(if $(wildcard client/libkvfs.c),client/libkvfs.c client/libkvfs_shm.c meta/fmt.c meta/util.c meta/log.c)
 LIBKVFS_A := $(if $(LIBKVFS_SRCS),$(BUILD)/lib/libkvfs.a)
 LIBKVFS := $(if $(LIBKVFS_SRCS),$(LIBKVFS_A) $(BUILD)/lib/libkvfs.so)
 

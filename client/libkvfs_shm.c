@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvfs: shared memory an engine hands the daemon (client/libkvfs.h).
+ * A peer is memory the daemon copies blocks into (FETCH_INTO); a sync
+ * word is the counter the daemon raises layer by layer and wakes with a
+ * shared futex.  Both are POSIX shm objects the daemon opens by name, so
+ * their names are fresh and exclusive, and they are unlinked on release.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/libkvfs.h"
+#include "meta/log.h"
+#include "meta/util.h"
+
+#define SYNC_MAP_LEN 4096u
+#define SHM_TRIES 64
+
+static atomic_uint shm_seq;
+
+/* A caller's mistake: logged, and -EINVAL. */
+static int bad(const char *what)
+{
+	kvfs_warn("libkvfs: %s", what);
+	return -EINVAL;
+}
+
+/* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes. */
+static int shm_create(const char *what, uint64_t size,
+		      char name[KVFS_CTL_NAME_MAX], int *fd_out)
+{
+	int fd = -1;
+
+	for (int i = 0; i < SHM_TRIES && fd < 0; i++) {
+		snprintf(name, KVFS_CTL_NAME_MAX, "/kvfs-%s-%ld-%u", what,
+			 (long)getpid(), atomic_fetch_add(&shm_seq, 1));
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+			      0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0) {
+		int rc = -errno;
+
+		kvfs_err("libkvfs: create shm %s: %s", name, strerror(errno));
+		return rc;
+	}
+	if (ftruncate(fd, (off_t)size)) {
+		int rc = -errno;
+
+		kvfs_err("libkvfs: size shm %s to %" PRIu64 ": %s", name, size,
+			 strerror(errno));
+		close(fd);
+		shm_unlink(name);
+		return rc;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+int kvfs_client_peer_init(struct kvfs_client_peer *p, uint64_t size)
+{
+	void *base;
+	int rc;
+
+	if (!p || !size || size > (uint64_t)SIZE_MAX)
+		return bad("peer_init: NULL peer or size");
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+	rc = shm_create("peer", size, p->mem.shm_name, &p->fd);
+	if (rc)
+		return rc;
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		kvfs_err("libkvfs: map peer %s: %s", p->mem.shm_name,
+			 strerror(errno));
+		goto out_unlink;
+	}
+	p->base = base;
+	p->mem.backend = KVFS_CTL_BACKEND_SHM;
+	p->mem.size = size;
+	return 0;
+out_unlink:
+	close(p->fd);
+	shm_unlink(p->mem.shm_name);
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+	return rc;
+}
+
+void kvfs_client_peer_release(struct kvfs_client_peer *p)
+{
+	if (!p)
+		return;
+	if (p->base)
+		munmap(p->base, p->mem.size);
+	if (p->base && p->fd >= 0) {
+		close(p->fd);
+		shm_unlink(p->mem.shm_name);
+	}
+	memset(p, 0, sizeof(*p));
+	p->fd = -1;
+}
+
+int kvfs_client_sync_init(struct kvfs_client_sync *s)
+{
+	void *base;
+	int rc;
+
+	if (!s)
+		return bad("sync_init: NULL");
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	rc = shm_create("sync", SYNC_MAP_LEN, s->desc.shm_name, &s->fd);
+	if (rc)
+		return rc;
+	base = mmap(NULL, SYNC_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED,
+		    s->fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		kvfs_err("libkvfs: map sync %s: %s", s->desc.shm_name,
+			 strerror(errno));
+		close(s->fd);
+		shm_unlink(s->desc.shm_name);
+		memset(s, 0, sizeof(*s));
+		s->fd = -1;
+		return rc;
+	}
+	s->word = base;
+	s->desc.off = 0;
+	return 0;
+}
+
+void kvfs_client_sync_release(struct kvfs_client_sync *s)
+{
+	if (!s)
+		return;
+	if (s->word) {
+		munmap(s->word, SYNC_MAP_LEN);
+		if (s->fd >= 0) {
+			close(s->fd);
+			shm_unlink(s->desc.shm_name);
+		}
+	}
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+}
+
+void kvfs_client_sync_reset(struct kvfs_client_sync *s)
+{
+	if (s && s->word)
+		atomic_store_explicit((_Atomic uint32_t *)s->word, 0,
+				      memory_order_release);
+}
+
+uint32_t kvfs_client_sync_load(const struct kvfs_client_sync *s)
+{
+	if (!s || !s->word)
+		return 0;
+	return atomic_load_explicit((_Atomic uint32_t *)s->word,
+				    memory_order_acquire);
+}
+
+int kvfs_client_wait_layer(const struct kvfs_client_sync *s, uint32_t layer,
+			   int64_t timeout_ns)
+{
+	uint64_t end = 0, now;
+	struct timespec ts, *tp;
+	uint32_t v;
+
+	if (!s || !s->word)
+		return bad("wait_layer: sync word not initialised");
+	if (timeout_ns >= 0)
+		end = kvfs_util_now_mono() + (uint64_t)timeout_ns;
+	for (;;) {
+		v = kvfs_client_sync_load(s);
+		if (v & KVFS_CTL_SYNC_FAILED)
+			return layer < (v & ~KVFS_CTL_SYNC_FAILED) ? 0 : -EIO;
+		if (v > layer)
+			return 0;
+		tp = NULL;
+		if (timeout_ns >= 0) {
+			now = kvfs_util_now_mono();
+			if (now >= end)
+				return -ETIMEDOUT;
+			ts.tv_sec = (time_t)((end - now) / 1000000000ull);
+			ts.tv_nsec = (long)((end - now) % 1000000000ull);
+			tp = &ts;
+		}
+		/* shared futex: the daemon wakes it from another process */
+		if (syscall(SYS_futex, s->word, FUTEX_WAIT, v, tp, NULL, 0) &&
+		    errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT)
+			return -errno;
+	}
+}
