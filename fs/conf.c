@@ -14,7 +14,9 @@
  * end); a longer one is an error, never silently split.
  *
  * Sections and keys are tables: a new section ([tier.gpu], ...) is one more
- * row in sections[] with its key table.
+ * row in sections[] with its key table.  The typed values a key takes
+ * (sizes, names, words) are parsed in conf_value.c; this file holds the
+ * sections and the checks that span keys.
  *
  * Limits (all inclusive; out of range is an error):
  *   [daemon]     threads 1..1024, log_level err|warn|info|debug,
@@ -75,11 +77,7 @@
  * Every non-namespace section may appear once; every key once per section.
  */
 #include <errno.h>
-#include <grp.h>
 #include <inttypes.h>
-#include <math.h>
-#include <pwd.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -88,6 +86,7 @@
 #include <ini.h>
 
 #include "fs/conf.h"
+#include "fs/conf_i.h"
 #include "fs/metrics.h"
 #include "fs/model_digest.h"
 #include "hcache/restore.h"
@@ -101,371 +100,14 @@
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t),
 	       "unsigned config fields are parsed as u32");
 
-struct conf_key;
-
-struct conf_state {
-	struct kvfs_conf *c;
-	const char *origin;
-	/* input: exactly one of text or file */
-	const char *text;
-	FILE *file;
-	unsigned lineno;
-	/* the current section, as its header spelled it */
-	const struct conf_section *sec;
-	char sec_name[INI_MAX_LINE];
-	unsigned sec_line;
-	uint64_t seen;           /* bit i: key i of sec->keys was set */
-	unsigned key_line[64];   /* where key i of sec->keys was set */
-	unsigned sections_seen;  /* bit i: sections[i] appeared */
-	struct kvfs_ns_params *ns; /* the namespace being filled */
-	unsigned pinned_line;    /* where [tier.dram] pinned was set, or 0 */
-	/* the first error */
-	bool failed;
-	unsigned err_line;
-	char err[256];
-};
-
-typedef int (*conf_set_fn)(struct conf_state *st, const struct conf_key *k,
-			   const char *val, void *field);
-
-struct conf_key {
-	const char *name;
-	conf_set_fn set;
-	size_t off; /* of the field in the section's target struct */
-	uint64_t min, max;
-	size_t len; /* string fields: buffer size */
-	bool required;
-};
-
-struct conf_section {
-	const char *name;
-	bool named; /* "[name ARG]" */
-	const struct conf_key *keys;
-	/* Start a section: point the state at its target. 0 or -EINVAL. */
-	int (*begin)(struct conf_state *st, const char *arg);
-	/* Check the whole section once it ends. 0 or -EINVAL. */
-	int (*end)(struct conf_state *st);
-	/* A key not in keys[]: NULL makes it an error. */
-	int (*other)(struct conf_state *st, const char *key, const char *val);
-	/* The struct keys[].off is relative to. */
-	void *(*target)(struct conf_state *st);
-};
-
-static int fail(struct conf_state *st, unsigned line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(struct conf_state *st, unsigned line, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (st->failed)
-		return -EINVAL;
-	st->failed = true;
-	st->err_line = line;
-	va_start(ap, fmt);
-	vsnprintf(st->err, sizeof(st->err), fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
-/* ---- value setters ---- */
-
-static int set_u32(struct conf_state *st, const struct conf_key *k,
-		   const char *val, void *field)
-{
-	uint32_t v;
-
-	if (kvfs_util_parse_u32(val, &v) || v < k->min || v > k->max)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected a whole number in %llu..%llu",
-			    k->name, val, (unsigned long long)k->min,
-			    (unsigned long long)k->max);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-static int set_size(struct conf_state *st, const struct conf_key *k,
-		    const char *val, void *field)
-{
-	uint64_t v;
-	char lo[16], hi[16];
-
-	if (kvfs_util_parse_size(val, &v) || v < k->min || v > k->max)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected a size in %s..%s (e.g. 64M)",
-			    k->name, val,
-			    kvfs_util_fmt_size(k->min, lo, sizeof(lo)),
-			    kvfs_util_fmt_size(k->max, hi, sizeof(hi)));
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-static int set_str(struct conf_state *st, const struct conf_key *k,
-		   const char *val, void *field)
-{
-	size_t n = strlen(val);
-
-	if (n >= k->len)
-		return fail(st, st->lineno, "%s: value longer than %zu bytes",
-			    k->name, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
-}
-
-/* A user or group: a name the system knows, or a number (which need not
- * name an account, as with chown).
- */
-static int set_id(struct conf_state *st, const struct conf_key *k,
-		  const char *val, void *field, bool user)
-{
-	struct kvfs_ns_access *a = &st->ns->acc;
-	char buf[4096];
-	uint32_t id;
-	int rc;
-
-	if (val[0] >= '0' && val[0] <= '9') {
-		if (kvfs_util_parse_u32(val, &id) || id == UINT32_MAX)
-			return fail(st, st->lineno,
-				    "%s = '%s': expected a %s name or a number "
-				    "below 4294967295", k->name, val,
-				    user ? "user" : "group");
-	} else if (user) {
-		struct passwd pw, *res = NULL;
-
-		rc = getpwnam_r(val, &pw, buf, sizeof(buf), &res);
-		if (rc || !res)
-			return fail(st, st->lineno, "%s = '%s': no such user%s%s",
-				    k->name, val, rc ? ": " : "",
-				    rc ? strerror(rc) : "");
-		id = res->pw_uid;
-	} else {
-		struct group gr, *res = NULL;
-
-		rc = getgrnam_r(val, &gr, buf, sizeof(buf), &res);
-		if (rc || !res)
-			return fail(st, st->lineno,
-				    "%s = '%s': no such group%s%s", k->name,
-				    val, rc ? ": " : "", rc ? strerror(rc) : "");
-		id = res->gr_gid;
-	}
-	memcpy(field, &id, sizeof(id));
-	if (user)
-		a->has_uid = true;
-	else
-		a->has_gid = true;
-	return 0;
-}
-
-static int set_owner(struct conf_state *st, const struct conf_key *k,
-		     const char *val, void *field)
-{
-	return set_id(st, k, val, field, true);
-}
-
-static int set_group(struct conf_state *st, const struct conf_key *k,
-		     const char *val, void *field)
-{
-	return set_id(st, k, val, field, false);
-}
-
-/* Octal permission bits, as chmod takes them: 1 to 4 digits, 0..0777. */
-static int set_mode(struct conf_state *st, const struct conf_key *k,
-		    const char *val, void *field)
-{
-	size_t n = strlen(val);
-	uint32_t v = 0;
-
-	if (!n || n > 4 || strspn(val, "01234567") != n)
-		goto out_bad;
-	for (size_t i = 0; i < n; i++)
-		v = v * 8 + (uint32_t)(val[i] - '0');
-	if (v > 0777)
-		goto out_bad;
-	memcpy(field, &v, sizeof(v));
-	st->ns->acc.has_mode = true;
-	return 0;
-out_bad:
-	return fail(st, st->lineno,
-		    "%s = '%s': expected octal permission bits 0..0777 "
-		    "(e.g. 0750)", k->name, val);
-}
-
-/* A value (what the engine side knows the checkpoint by) or auto,
- * resolved once the section's weights is known (ns_end_digest).
- */
-static int set_digest(struct conf_state *st, const struct conf_key *k,
-		      const char *val, void *field)
-{
-	size_t n = strlen(val);
-
-	if (!n || n >= k->len ||
-	    strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-			"0123456789._:+-") != n)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected auto or 1..%zu of "
-			    "[A-Za-z0-9._:+-]", k->name, val, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
-}
-
-static int set_log_level(struct conf_state *st, const struct conf_key *k,
-			 const char *val, void *field)
-{
-	int lvl = kvfs_log_level_parse(val);
-
-	if (lvl < 0)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected err, warn, info or debug",
-			    k->name, val);
-	memcpy(field, &lvl, sizeof(lvl));
-	return 0;
-}
-
-static int set_dtype(struct conf_state *st, const struct conf_key *k,
-		     const char *val, void *field)
-{
-	int d = kvfs_fmt_dtype_parse(val);
-	uint16_t v;
-
-	if (d < 0)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected f16, bf16, f32 or f8_e4m3",
-			    k->name, val);
-	v = (uint16_t)d;
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-static int set_policy_name(struct conf_state *st, const struct conf_key *k,
-			   const char *val, void *field)
-{
-	size_t n = strlen(val);
-
-	if (!n || n >= k->len || strspn(val, "abcdefghijklmnopqrstuvwxyz"
-				       "0123456789_-") != n)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected 1..%zu of [a-z0-9_-]",
-			    k->name, val, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
-}
-
-/* A positive finite decimal number ("1e-5", "500000", "0.25"). */
-static int set_pos_double(struct conf_state *st, const struct conf_key *k,
-			  const char *val, void *field)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = *val && strspn(val, "0123456789.eE+-") == strlen(val) ?
-		    strtod(val, &end) : -1;
-	if (v == -1 || *end || errno || !isfinite(v) || !(v > 0))
-		return fail(st, st->lineno,
-			    "%s = '%s': expected a positive number", k->name,
-			    val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-static int set_family(struct conf_state *st, const struct conf_key *k,
-		      const char *val, void *field)
-{
-	int v = kvfs_restore_family_parse(val);
-
-	if (v < 0)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected llama or qwen2", k->name,
-			    val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-static int set_rope(struct conf_state *st, const struct conf_key *k,
-		    const char *val, void *field)
-{
-	int v = kvfs_restore_rope_parse(val);
-
-	/* "none" is an alias kvfs_restore_rope_parse() accepts; the config
-	 * documents one spelling.
-	 */
-	if (v < 0 || !strcmp(val, "none"))
-		return fail(st, st->lineno,
-			    "%s = '%s': expected default, linear or llama3 "
-			    "(other scalings are not implemented)",
-			    k->name, val);
-	memcpy(field, &v, sizeof(v));
-	return 0;
-}
-
-/* A key whose value is one of a few words. */
-struct conf_word {
-	const char *word;
-	int value;
-};
-
-/*
- * pick_word() - the value of @val in @words (terminated by a NULL word):
- * 0 with *@v set, or fail()'s -EINVAL with "expected a, b or c", the
- * words in table order.
- */
-static int pick_word(struct conf_state *st, const struct conf_key *k,
-		     const char *val, const struct conf_word *words, int *v)
-{
-	char list[128];
-	size_t n = 0;
-
-	for (size_t i = 0; words[i].word; i++)
-		if (!strcmp(val, words[i].word)) {
-			*v = words[i].value;
-			return 0;
-		}
-	list[0] = 0;
-	for (size_t i = 0; words[i].word && n < sizeof(list); i++) {
-		const char *sep = !i ? "" : words[i + 1].word ? ", " : " or ";
-
-		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", sep,
-				      words[i].word);
-	}
-	return fail(st, st->lineno, "%s = '%s': expected %s", k->name, val,
-		    list);
-}
-
-/* pick_word() into an int field. */
-static int set_word(struct conf_state *st, const struct conf_key *k,
-		    const char *val, void *field,
-		    const struct conf_word *words)
-{
-	int v = 0, rc = pick_word(st, k, val, words, &v);
-
-	if (!rc)
-		memcpy(field, &v, sizeof(v));
-	return rc;
-}
-
-static int set_store_as(struct conf_state *st, const struct conf_key *k,
-			const char *val, void *field)
-{
-	static const struct conf_word words[] = {
-		{ "kv", KVFS_STORE_KV },
-		{ "hidden", KVFS_STORE_HIDDEN },
-		{ "auto", KVFS_STORE_AUTO },
-		{ NULL, 0 },
-	};
-	int v = 0, rc = pick_word(st, k, val, words, &v);
-	uint32_t u = (uint32_t)v;
-
-	if (!rc)
-		memcpy(field, &u, sizeof(u));
-	return rc;
-}
-
 /* ---- sections ---- */
 
-#define U32(kname, type, field, lo, hi, req) \
-	{ kname, set_u32, offsetof(type, field), lo, hi, 0, req }
-#define SIZE(kname, type, field, lo, hi) \
-	{ kname, set_size, offsetof(type, field), lo, hi, 0, false }
+#define U32(kname, type, field, lo, hi, req)                    \
+	{ kname, kvfs_conf_set_u32, offsetof(type, field), lo, hi, 0, \
+	  req }
+#define SIZE(kname, type, field, lo, hi)                         \
+	{ kname, kvfs_conf_set_size, offsetof(type, field), lo, hi, \
+	  0, false }
 #define STR(kname, type, field, fn) \
 	{ kname, fn, offsetof(type, field), 0, 0, \
 	  sizeof(((type *)0)->field), false }
@@ -503,10 +145,11 @@ out_set:
 	memcpy(field, &v, sizeof(v));
 	return 0;
 bad:
-	return fail(st, st->lineno,
-		    "%s = '%s': expected off or a duration in 1s..365d "
-		    "(e.g. 30s, 10m, 6h, 7d)",
-		    k->name, val);
+	return kvfs_conf_fail(
+		st, st->lineno,
+		"%s = '%s': expected off or a duration in 1s..365d "
+		"(e.g. 30s, 10m, 6h, 7d)",
+		k->name, val);
 }
 
 /* The metrics endpoint's address, as fs/metrics.c will bind it. */
@@ -516,15 +159,16 @@ static int set_metrics(struct conf_state *st, const struct conf_key *k,
 	const char *why;
 
 	if (kvfs_metrics_addr_parse(val, NULL, NULL, &why))
-		return fail(st, st->lineno, "%s = '%s': %s", k->name, val, why);
-	return set_str(st, k, val, field);
+		return kvfs_conf_fail(st, st->lineno, "%s = '%s': %s", k->name,
+				      val, why);
+	return kvfs_conf_set_str(st, k, val, field);
 }
 
 static const struct conf_key daemon_keys[] = {
 	U32("threads", struct kvfs_conf, threads, 1, 1024, false),
-	{ "log_level", set_log_level, offsetof(struct kvfs_conf, log_level),
-	  0, 0, 0, false },
-	STR("log_file", struct kvfs_conf, log_file, set_str),
+	{ "log_level", kvfs_conf_set_log_level,
+	  offsetof(struct kvfs_conf, log_level), 0, 0, 0, false },
+	STR("log_file", struct kvfs_conf, log_file, kvfs_conf_set_str),
 	U32("flush_ms", struct kvfs_conf, cache.flush_ms, 1, 3600000, false),
 	SIZE("meta_mapsize", struct kvfs_conf, cache.meta_mapsize, 1ull << 20,
 	     16ull << 40),
@@ -544,7 +188,7 @@ static int set_dram_pinned(struct conf_state *st, const struct conf_key *k,
 		{ "no", KVFS_PARAMS_PINNED_NO },
 		{ NULL, 0 },
 	};
-	int rc = set_word(st, k, val, field, words);
+	int rc = kvfs_conf_set_word(st, k, val, field, words);
 
 	if (!rc)
 		st->pinned_line = st->lineno;
@@ -559,7 +203,7 @@ static int set_yes_no(struct conf_state *st, const struct conf_key *k,
 		{ "no", 0 },
 		{ NULL, 0 },
 	};
-	int v = 0, rc = pick_word(st, k, val, words, &v);
+	int v = 0, rc = kvfs_conf_pick_word(st, k, val, words, &v);
 	bool b = v;
 
 	if (!rc)
@@ -593,7 +237,7 @@ static int set_gpu_backend(struct conf_state *st, const struct conf_key *k,
 		{ NULL, 0 },
 	};
 
-	return set_word(st, k, val, field, words);
+	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
 static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
@@ -606,7 +250,7 @@ static int set_gpu_restore(struct conf_state *st, const struct conf_key *k,
 		{ NULL, 0 },
 	};
 
-	return set_word(st, k, val, field, words);
+	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
 static int set_gpu_restore_weights(struct conf_state *st,
@@ -619,7 +263,7 @@ static int set_gpu_restore_weights(struct conf_state *st,
 		{ NULL, 0 },
 	};
 
-	return set_word(st, k, val, field, words);
+	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
 static const struct conf_key gpu_keys[] = {
@@ -648,7 +292,7 @@ static const struct conf_key chunk_keys[] = {
 };
 
 static const struct conf_key policy_keys[] = {
-	STR("name", struct kvfs_conf, cache.policy, set_policy_name),
+	STR("name", struct kvfs_conf, cache.policy, kvfs_conf_set_policy_name),
 	{ NULL },
 };
 
@@ -657,8 +301,8 @@ static const struct conf_key ns_keys[] = {
 	U32("layers", struct kvfs_ns_params, G(n_layers), 1, 1024, true),
 	U32("kv_heads", struct kvfs_ns_params, G(n_kv_heads), 1, 1024, true),
 	U32("head_dim", struct kvfs_ns_params, G(head_dim), 1, 4096, true),
-	{ "dtype", set_dtype, offsetof(struct kvfs_ns_params, G(dtype)), 0, 0, 0,
-	  true },
+	{ "dtype", kvfs_conf_set_dtype,
+	  offsetof(struct kvfs_ns_params, G(dtype)), 0, 0, 0, true },
 	U32("block_tokens", struct kvfs_ns_params, G(block_tokens), 1, 65536,
 	    true),
 	/* the upper bound is block_tokens, checked when the section ends */
@@ -666,41 +310,42 @@ static const struct conf_key ns_keys[] = {
 	    true),
 	U32("hidden_size", struct kvfs_ns_params, G(hidden_size), 1, 1u << 20,
 	    false),
-	STR("salt", struct kvfs_ns_params, salt, set_str),
-	STR("weights", struct kvfs_ns_params, hc.weights, set_str),
-	{ "family", set_family, offsetof(struct kvfs_ns_params, hc.family), 0, 0,
-	  0, false },
-	{ "rms_norm_eps", set_pos_double,
+	STR("salt", struct kvfs_ns_params, salt, kvfs_conf_set_str),
+	STR("weights", struct kvfs_ns_params, hc.weights, kvfs_conf_set_str),
+	{ "family", kvfs_conf_set_family,
+	  offsetof(struct kvfs_ns_params, hc.family), 0, 0, 0, false },
+	{ "rms_norm_eps", kvfs_conf_set_pos_double,
 	  offsetof(struct kvfs_ns_params, hc.rms_norm_eps), 0, 0, 0, false },
-	{ "rope_theta", set_pos_double,
+	{ "rope_theta", kvfs_conf_set_pos_double,
 	  offsetof(struct kvfs_ns_params, hc.rope_theta), 0, 0, 0, false },
-	{ "rope_scaling", set_rope,
+	{ "rope_scaling", kvfs_conf_set_rope,
 	  offsetof(struct kvfs_ns_params, hc.rope_type), 0, 0, 0, false },
-	{ "rope_factor", set_pos_double,
+	{ "rope_factor", kvfs_conf_set_pos_double,
 	  offsetof(struct kvfs_ns_params, hc.rope_factor), 0, 0, 0, false },
-	{ "rope_low_freq_factor", set_pos_double,
+	{ "rope_low_freq_factor", kvfs_conf_set_pos_double,
 	  offsetof(struct kvfs_ns_params, hc.rope_low_freq_factor), 0, 0, 0,
 	  false },
-	{ "rope_high_freq_factor", set_pos_double,
+	{ "rope_high_freq_factor", kvfs_conf_set_pos_double,
 	  offsetof(struct kvfs_ns_params, hc.rope_high_freq_factor), 0, 0, 0,
 	  false },
 	U32("rope_orig_max_pos", struct kvfs_ns_params, hc.rope_orig_max_pos, 1,
 	    1u << 30, false),
-	{ "store_as", set_store_as, offsetof(struct kvfs_ns_params, hc.store_as),
-	  0, 0, 0, false },
+	{ "store_as", kvfs_conf_set_store_as,
+	  offsetof(struct kvfs_ns_params, hc.store_as), 0, 0, 0, false },
 	/* the upper bound is layers, checked when the section ends */
 	U32("hcache_kv_layers", struct kvfs_ns_params, hc.kv_layers, 0, 1024,
 	    false),
-	{ "owner", set_owner, offsetof(struct kvfs_ns_params, acc.uid), 0, 0, 0,
-	  false },
-	{ "group", set_group, offsetof(struct kvfs_ns_params, acc.gid), 0, 0, 0,
-	  false },
-	{ "mode", set_mode, offsetof(struct kvfs_ns_params, acc.mode), 0, 0, 0,
-	  false },
+	{ "owner", kvfs_conf_set_owner,
+	  offsetof(struct kvfs_ns_params, acc.uid), 0, 0, 0, false },
+	{ "group", kvfs_conf_set_group,
+	  offsetof(struct kvfs_ns_params, acc.gid), 0, 0, 0, false },
+	{ "mode", kvfs_conf_set_mode, offsetof(struct kvfs_ns_params, acc.mode),
+	  0, 0, 0, false },
 	SIZE("quota", struct kvfs_ns_params, acc.quota, 4096, 16ull << 40),
 	SIZE("pin_quota", struct kvfs_ns_params, acc.pin_quota, 4096,
 	     16ull << 40),
-	STR("model_digest", struct kvfs_ns_params, model_digest, set_digest),
+	STR("model_digest", struct kvfs_ns_params, model_digest,
+	    kvfs_conf_set_digest),
 	{ NULL },
 };
 #undef G
@@ -724,16 +369,18 @@ static int policy_other(struct conf_state *st, const char *key,
 
 	for (size_t i = 0; i < c->cache.n_policy_opts; i++)
 		if (!strcmp(c->cache.policy_keys[i], key))
-			return fail(st, st->lineno,
-				    "duplicate key '%s' in [%s]", key,
-				    st->sec_name);
+			return kvfs_conf_fail(st, st->lineno,
+					      "duplicate key '%s' in [%s]", key,
+					      st->sec_name);
 	if (c->cache.n_policy_opts >= KVFS_PARAMS_MAX_OPTS)
-		return fail(st, st->lineno, "more than %d policy options",
-			    KVFS_PARAMS_MAX_OPTS);
+		return kvfs_conf_fail(st, st->lineno,
+				      "more than %d policy options",
+				      KVFS_PARAMS_MAX_OPTS);
 	if (strlen(key) >= sizeof(c->cache.policy_keys[0]) ||
 	    strlen(val) >= sizeof(c->cache.policy_vals[0]))
-		return fail(st, st->lineno,
-			    "policy option '%s' or its value is too long", key);
+		return kvfs_conf_fail(
+			st, st->lineno,
+			"policy option '%s' or its value is too long", key);
 	strcpy(c->cache.policy_keys[c->cache.n_policy_opts], key);
 	strcpy(c->cache.policy_vals[c->cache.n_policy_opts], val);
 	c->cache.n_policy_opts++;
@@ -745,17 +392,18 @@ static int ns_begin(struct conf_state *st, const char *name)
 	struct kvfs_conf *c = st->c;
 
 	if (kvfs_conf_ns_name_ok(name))
-		return fail(st, st->lineno,
-			    "bad namespace name '%s': 1..%d of [A-Za-z0-9._-], "
-			    "not starting with '.'",
-			    name, KVFS_NS_NAME_MAX - 1);
+		return kvfs_conf_fail(
+			st, st->lineno,
+			"bad namespace name '%s': 1..%d of [A-Za-z0-9._-], "
+			"not starting with '.'",
+			name, KVFS_NS_NAME_MAX - 1);
 	for (size_t i = 0; i < c->cache.n_ns; i++)
 		if (!strcmp(c->cache.ns[i].name, name))
-			return fail(st, st->lineno,
-				    "duplicate namespace '%s'", name);
+			return kvfs_conf_fail(st, st->lineno,
+					      "duplicate namespace '%s'", name);
 	if (c->cache.n_ns >= KVFS_PARAMS_MAX_NS)
-		return fail(st, st->lineno, "more than %d namespaces",
-			    KVFS_PARAMS_MAX_NS);
+		return kvfs_conf_fail(st, st->lineno, "more than %d namespaces",
+				      KVFS_PARAMS_MAX_NS);
 	st->ns = &c->cache.ns[c->cache.n_ns++];
 	memset(st->ns, 0, sizeof(*st->ns));
 	strcpy(st->ns->name, name);
@@ -791,19 +439,21 @@ static int ns_end_kv_layers(struct conf_state *st)
 	if (!line)
 		return 0;
 	if (hc->store_as != KVFS_STORE_AUTO)
-		return fail(st, line,
-			    "[%s]: hcache_kv_layers needs store_as = auto",
-			    st->sec_name);
+		return kvfs_conf_fail(
+			st, line,
+			"[%s]: hcache_kv_layers needs store_as = auto",
+			st->sec_name);
 	if (hc->kv_layers > g->n_layers)
-		return fail(st, line,
-			    "[%s]: hcache_kv_layers %u exceeds layers %u",
-			    st->sec_name, hc->kv_layers, g->n_layers);
+		return kvfs_conf_fail(
+			st, line, "[%s]: hcache_kv_layers %u exceeds layers %u",
+			st->sec_name, hc->kv_layers, g->n_layers);
 	if ((uint64_t)g->hidden_size >= kv)
-		return fail(st, line,
-			    "[%s]: hcache_kv_layers: hidden states (%u per "
-			    "token) are not smaller than K+V (%" PRIu64 "), so "
-			    "store_as = auto keeps every layer as K and V",
-			    st->sec_name, g->hidden_size, kv);
+		return kvfs_conf_fail(
+			st, line,
+			"[%s]: hcache_kv_layers: hidden states (%u per "
+			"token) are not smaller than K+V (%" PRIu64 "), so "
+			"store_as = auto keeps every layer as K and V",
+			st->sec_name, g->hidden_size, kv);
 	return 0;
 }
 
@@ -835,51 +485,59 @@ static int ns_end_hcache(struct conf_state *st)
 		for (size_t i = 0; i < sizeof(model_keys) / sizeof(*model_keys);
 		     i++)
 			if ((line = key_at(st, model_keys[i])))
-				return fail(st, line,
-					    "[%s]: %s needs weights (the "
-					    "checkpoint restoration uses)",
-					    st->sec_name, model_keys[i]);
+				return kvfs_conf_fail(
+					st, line,
+					"[%s]: %s needs weights (the "
+					"checkpoint restoration uses)",
+					st->sec_name, model_keys[i]);
 		if (hc->store_as != KVFS_STORE_KV)
-			return fail(st, key_at(st, "store_as"),
-				    "[%s]: store_as = %s needs weights",
-				    st->sec_name,
-				    hc->store_as == KVFS_STORE_HIDDEN ?
-					    "hidden" : "auto");
+			return kvfs_conf_fail(
+				st, key_at(st, "store_as"),
+				"[%s]: store_as = %s needs weights",
+				st->sec_name,
+				hc->store_as == KVFS_STORE_HIDDEN ? "hidden" :
+								    "auto");
 		return 0;
 	}
 	if (!hc->weights[0])
-		return fail(st, wl, "[%s]: weights is empty", st->sec_name);
+		return kvfs_conf_fail(st, wl, "[%s]: weights is empty",
+				      st->sec_name);
 	if (!g->hidden_size)
-		return fail(st, wl, "[%s]: weights needs hidden_size",
-			    st->sec_name);
+		return kvfs_conf_fail(st, wl, "[%s]: weights needs hidden_size",
+				      st->sec_name);
 	if (!hc->family)
-		return fail(st, wl, "[%s]: weights needs family (llama or "
-			    "qwen2)", st->sec_name);
+		return kvfs_conf_fail(st, wl,
+				      "[%s]: weights needs family (llama or "
+				      "qwen2)",
+				      st->sec_name);
 	if (g->head_dim % 2)
-		return fail(st, key_at(st, "head_dim"),
-			    "[%s]: head_dim %u must be even for RoPE",
-			    st->sec_name, g->head_dim);
+		return kvfs_conf_fail(st, key_at(st, "head_dim"),
+				      "[%s]: head_dim %u must be even for RoPE",
+				      st->sec_name, g->head_dim);
 	for (size_t i = 0; i < sizeof(rope_keys) / sizeof(*rope_keys); i++) {
 		line = key_at(st, rope_keys[i].key);
 		if (line && !(rope_keys[i].types & (1u << hc->rope_type)))
-			return fail(st, line,
-				    "[%s]: %s is not used by rope_scaling = %s",
-				    st->sec_name, rope_keys[i].key,
-				    hc->rope_type == KVFS_ROPE_LINEAR ?
-					    "linear" : "default");
+			return kvfs_conf_fail(
+				st, line,
+				"[%s]: %s is not used by rope_scaling = %s",
+				st->sec_name, rope_keys[i].key,
+				hc->rope_type == KVFS_ROPE_LINEAR ? "linear" :
+								    "default");
 		if (!line && (rope_keys[i].types & (1u << hc->rope_type)))
-			return fail(st, key_at(st, "rope_scaling"),
-				    "[%s]: rope_scaling = %s needs %s",
-				    st->sec_name,
-				    hc->rope_type == KVFS_ROPE_LINEAR ?
-					    "linear" : "llama3",
-				    rope_keys[i].key);
+			return kvfs_conf_fail(
+				st, key_at(st, "rope_scaling"),
+				"[%s]: rope_scaling = %s needs %s",
+				st->sec_name,
+				hc->rope_type == KVFS_ROPE_LINEAR ? "linear" :
+								    "llama3",
+				rope_keys[i].key);
 	}
 	if (hc->rope_type == KVFS_ROPE_LLAMA3 &&
 	    !(hc->rope_high_freq_factor > hc->rope_low_freq_factor))
-		return fail(st, key_at(st, "rope_high_freq_factor"),
-			    "[%s]: rope_high_freq_factor must exceed "
-			    "rope_low_freq_factor", st->sec_name);
+		return kvfs_conf_fail(st, key_at(st, "rope_high_freq_factor"),
+				      "[%s]: rope_high_freq_factor must exceed "
+				      "rope_low_freq_factor",
+				      st->sec_name);
 	return ns_end_kv_layers(st);
 }
 
@@ -894,13 +552,15 @@ static int ns_end_digest(struct conf_state *st)
 	if (!line || strcmp(st->ns->model_digest, "auto"))
 		return 0;
 	if (!key_at(st, "weights") || !st->ns->hc.weights[0])
-		return fail(st, line,
-			    "[%s]: model_digest = auto needs weights (the "
-			    "checkpoint it is computed from)", st->sec_name);
+		return kvfs_conf_fail(
+			st, line,
+			"[%s]: model_digest = auto needs weights (the "
+			"checkpoint it is computed from)",
+			st->sec_name);
 	if (kvfs_model_digest(st->ns->hc.weights, st->ns->model_digest, why,
 			      sizeof(why)))
-		return fail(st, line, "[%s]: model_digest = auto: %s",
-			    st->sec_name, why);
+		return kvfs_conf_fail(st, line, "[%s]: model_digest = auto: %s",
+				      st->sec_name, why);
 	return 0;
 }
 
@@ -911,13 +571,15 @@ static int ns_end(struct conf_state *st)
 	int rc;
 
 	if (g->chunk_tokens > g->block_tokens)
-		return fail(st, st->sec_line,
-			    "[%s]: chunk_tokens %u exceeds block_tokens %u",
-			    st->sec_name, g->chunk_tokens, g->block_tokens);
+		return kvfs_conf_fail(
+			st, st->sec_line,
+			"[%s]: chunk_tokens %u exceeds block_tokens %u",
+			st->sec_name, g->chunk_tokens, g->block_tokens);
 	if (!max || max > MAX_BLOCK_FILE)
-		return fail(st, st->sec_line,
-			    "[%s]: a block of this geometry exceeds 4G",
-			    st->sec_name);
+		return kvfs_conf_fail(
+			st, st->sec_line,
+			"[%s]: a block of this geometry exceeds 4G",
+			st->sec_name);
 	rc = ns_end_hcache(st);
 	return rc ? rc : ns_end_digest(st);
 }
@@ -946,27 +608,32 @@ static int gpu_end(struct conf_state *st)
 
 	/* Only the GPU restorer has weights of a precision to choose. */
 	if (wline && c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
-		return fail(st, wline,
-			    "[%s]: restore_weights needs backend = cuda (it "
-			    "sets the GPU restorer's precision)",
-			    st->sec_name);
+		return kvfs_conf_fail(
+			st, wline,
+			"[%s]: restore_weights needs backend = cuda (it "
+			"sets the GPU restorer's precision)",
+			st->sec_name);
 	if (wline && c->cache.gpu_restore == KVFS_PARAMS_RESTORE_CPU)
-		return fail(st, wline,
-			    "[%s]: restore_weights needs restore = auto or "
-			    "gpu (restore = cpu does not restore on the GPU)",
-			    st->sec_name);
+		return kvfs_conf_fail(
+			st, wline,
+			"[%s]: restore_weights needs restore = auto or "
+			"gpu (restore = cpu does not restore on the GPU)",
+			st->sec_name);
 	if (!line)
 		return 0;
 	if (c->cache.gpu_backend == KVFS_PARAMS_GPU_NONE)
-		return fail(st, line,
-			    "[%s]: restore needs a device tier (backend = shm "
-			    "or cuda)", st->sec_name);
+		return kvfs_conf_fail(
+			st, line,
+			"[%s]: restore needs a device tier (backend = shm "
+			"or cuda)",
+			st->sec_name);
 	if (c->cache.gpu_restore == KVFS_PARAMS_RESTORE_GPU &&
 	    c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
-		return fail(st, line,
-			    "[%s]: restore = gpu needs backend = cuda (the shm "
-			    "pool is host memory: use cpu or auto)",
-			    st->sec_name);
+		return kvfs_conf_fail(
+			st, line,
+			"[%s]: restore = gpu needs backend = cuda (the shm "
+			"pool is host memory: use cpu or auto)",
+			st->sec_name);
 	return 0;
 }
 
@@ -978,9 +645,11 @@ static int set_remote_backend(struct conf_state *st, const struct conf_key *k,
 	int v = KVFS_REMOTE_REDIS;
 
 	if (strcmp(val, "redis"))
-		return fail(st, st->lineno,
-			    "%s = '%s': expected redis (Redis Cluster, Valkey "
-			    "or one plain server)", k->name, val);
+		return kvfs_conf_fail(
+			st, st->lineno,
+			"%s = '%s': expected redis (Redis Cluster, Valkey "
+			"or one plain server)",
+			k->name, val);
 	memcpy(field, &v, sizeof(v));
 	return 0;
 }
@@ -994,8 +663,9 @@ static int set_remote_nodes(struct conf_state *st, const struct conf_key *k,
 	int port;
 
 	if (strlen(val) >= k->len)
-		return fail(st, st->lineno, "%s: value longer than %zu bytes",
-			    k->name, k->len - 1);
+		return kvfs_conf_fail(st, st->lineno,
+				      "%s: value longer than %zu bytes",
+				      k->name, k->len - 1);
 	do {
 		size_t len = strcspn(p, ",");
 		size_t lead = strspn(p, " \t");
@@ -1004,9 +674,9 @@ static int set_remote_nodes(struct conf_state *st, const struct conf_key *k,
 		while (n && (p[lead + n - 1] == ' ' || p[lead + n - 1] == '\t'))
 			n--;
 		if (kvfs_rc_parse_addr(p + lead, n, host, sizeof(host), &port))
-			return fail(st, st->lineno,
-				    "%s: '%.*s' is not host:port", k->name,
-				    (int)len, p);
+			return kvfs_conf_fail(st, st->lineno,
+					      "%s: '%.*s' is not host:port",
+					      k->name, (int)len, p);
 		p += len;
 	} while (*p++ == ',');
 	memcpy(field, val, strlen(val) + 1);
@@ -1021,9 +691,10 @@ static int set_remote_prefix(struct conf_state *st, const struct conf_key *k,
 	if (!n || n >= k->len ||
 	    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 			"0123456789._-") != n)
-		return fail(st, st->lineno,
-			    "%s = '%s': expected 1..%zu of [A-Za-z0-9._-]",
-			    k->name, val, k->len - 1);
+		return kvfs_conf_fail(
+			st, st->lineno,
+			"%s = '%s': expected 1..%zu of [A-Za-z0-9._-]", k->name,
+			val, k->len - 1);
 	memcpy(field, val, n + 1);
 	return 0;
 }
@@ -1038,7 +709,7 @@ static int set_remote_write(struct conf_state *st, const struct conf_key *k,
 		{ NULL, 0 },
 	};
 
-	return set_word(st, k, val, field, words);
+	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
 static int set_remote_admit(struct conf_state *st, const struct conf_key *k,
@@ -1050,7 +721,7 @@ static int set_remote_admit(struct conf_state *st, const struct conf_key *k,
 		{ NULL, 0 },
 	};
 
-	return set_word(st, k, val, field, words);
+	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
 /* A duration in milliseconds: "250ms", "2s", or a bare number of ms. */
@@ -1077,9 +748,10 @@ static int set_remote_timeout(struct conf_state *st,
 	memcpy(field, &v, sizeof(v));
 	return 0;
 bad:
-	return fail(st, st->lineno,
-		    "%s = '%s': expected a duration in 1ms..60s (e.g. 200ms)",
-		    k->name, val);
+	return kvfs_conf_fail(
+		st, st->lineno,
+		"%s = '%s': expected a duration in 1ms..60s (e.g. 200ms)",
+		k->name, val);
 }
 
 #define REMOTE(kname, fn, field) \
@@ -1088,14 +760,14 @@ bad:
 
 static const struct conf_key remote_keys[] = {
 	REMOTE("backend", set_remote_backend, backend),
-	{ "nodes", set_remote_nodes, offsetof(struct kvfs_conf,
-					       cache.remote.nodes), 0, 0,
+	{ "nodes", set_remote_nodes,
+	  offsetof(struct kvfs_conf, cache.remote.nodes), 0, 0,
 	  sizeof(((struct kvfs_conf *)0)->cache.remote.nodes), true },
 	REMOTE("key_prefix", set_remote_prefix, key_prefix),
 	REMOTE("write", set_remote_write, write),
 	REMOTE("admit", set_remote_admit, admit),
 	REMOTE("timeout", set_remote_timeout, timeout_ms),
-	REMOTE("password", set_str, password),
+	REMOTE("password", kvfs_conf_set_str, password),
 	{ NULL },
 };
 #undef REMOTE
@@ -1136,9 +808,9 @@ static int section_end(struct conf_state *st)
 	st->sec = NULL;
 	for (size_t i = 0; s->keys[i].name; i++)
 		if (s->keys[i].required && !(st->seen & (1ull << i)))
-			return fail(st, st->sec_line,
-				    "[%s]: missing required key '%s'",
-				    st->sec_name, s->keys[i].name);
+			return kvfs_conf_fail(st, st->sec_line,
+					      "[%s]: missing required key '%s'",
+					      st->sec_name, s->keys[i].name);
 	return s->end ? s->end(st) : 0;
 }
 
@@ -1172,17 +844,18 @@ static int section_begin(struct conf_state *st, const char *hdr, size_t len)
 			break;
 		}
 		if (sections[i].named && !st->sec_name[n])
-			return fail(st, st->lineno,
-				    "[%s] needs a name: [%s NAME]",
-				    st->sec_name, sections[i].name);
+			return kvfs_conf_fail(st, st->lineno,
+					      "[%s] needs a name: [%s NAME]",
+					      st->sec_name, sections[i].name);
 	}
 	if (!s)
-		return fail(st, st->lineno, "unknown section [%s]",
-			    st->sec_name);
+		return kvfs_conf_fail(st, st->lineno, "unknown section [%s]",
+				      st->sec_name);
 	if (!s->named) {
 		if (st->sections_seen & (1u << i))
-			return fail(st, st->lineno, "duplicate section [%s]",
-				    st->sec_name);
+			return kvfs_conf_fail(st, st->lineno,
+					      "duplicate section [%s]",
+					      st->sec_name);
 		st->sections_seen |= 1u << i;
 	}
 	if (s->begin && (rc = s->begin(st, arg)))
@@ -1203,7 +876,8 @@ static int conf_handler(void *user, const char *section, const char *name,
 	if (st->failed)
 		return 0;
 	if (!s) {
-		fail(st, st->lineno, "'%s' outside of any section", name);
+		kvfs_conf_fail(st, st->lineno, "'%s' outside of any section",
+			       name);
 		return 0;
 	}
 	for (i = 0; s->keys[i].name; i++)
@@ -1211,15 +885,16 @@ static int conf_handler(void *user, const char *section, const char *name,
 			break;
 	if (!s->keys[i].name) {
 		if (!s->other)
-			fail(st, st->lineno, "unknown key '%s' in [%s]", name,
-			     st->sec_name);
+			kvfs_conf_fail(st, st->lineno,
+				       "unknown key '%s' in [%s]", name,
+				       st->sec_name);
 		else
 			s->other(st, name, value);
 		return !st->failed;
 	}
 	if (st->seen & (1ull << i)) {
-		fail(st, st->lineno, "duplicate key '%s' in [%s]", name,
-		     st->sec_name);
+		kvfs_conf_fail(st, st->lineno, "duplicate key '%s' in [%s]",
+			       name, st->sec_name);
 		return 0;
 	}
 	st->seen |= 1ull << i;
@@ -1266,8 +941,8 @@ static char *conf_reader(char *buf, int size, void *stream)
 				       : !*st->text;
 
 		if (!at_end) {
-			fail(st, st->lineno, "line longer than %d bytes",
-			     size - 2);
+			kvfs_conf_fail(st, st->lineno,
+				       "line longer than %d bytes", size - 2);
 			return NULL;
 		}
 	}
@@ -1311,9 +986,10 @@ static int conf_end(struct conf_state *st)
 	/* Only a CUDA device pins host memory: shm copies with memcpy. */
 	if (c->cache.dram_pinned == KVFS_PARAMS_PINNED_YES &&
 	    c->cache.gpu_backend != KVFS_PARAMS_GPU_CUDA)
-		return fail(st, st->pinned_line,
-			    "[tier.dram]: pinned = yes needs [tier.gpu] "
-			    "backend = cuda (use auto or no)");
+		return kvfs_conf_fail(
+			st, st->pinned_line,
+			"[tier.dram]: pinned = yes needs [tier.gpu] "
+			"backend = cuda (use auto or no)");
 	return 0;
 }
 
@@ -1326,10 +1002,12 @@ static int conf_run(struct conf_state *st)
 	line = ini_parse_stream(conf_reader, st, conf_handler, st);
 	if (!st->failed) {
 		if (line > 0)
-			fail(st, (unsigned)line,
-			     "syntax error: expected [section] or key = value");
+			kvfs_conf_fail(
+				st, (unsigned)line,
+				"syntax error: expected [section] or key = value");
 		else if (line < 0)
-			fail(st, st->lineno, "cannot parse (error %d)", line);
+			kvfs_conf_fail(st, st->lineno,
+				       "cannot parse (error %d)", line);
 		else if (!section_end(st))
 			conf_end(st);
 	} else if (line > 0 && (unsigned)line < st->err_line) {
