@@ -686,17 +686,10 @@ static int set_remote_nodes(struct conf_state *st, const struct conf_key *k,
 static int set_remote_prefix(struct conf_state *st, const struct conf_key *k,
 			     const char *val, void *field)
 {
-	size_t n = strlen(val);
-
-	if (!n || n >= k->len ||
-	    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-			"0123456789._-") != n)
-		return kvfs_conf_fail(
-			st, st->lineno,
-			"%s = '%s': expected 1..%zu of [A-Za-z0-9._-]", k->name,
-			val, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
+	return kvfs_conf_set_chars(st, k, val, field,
+				   "abcdefghijklmnopqrstuvwxyz"
+				   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-",
+				   "", "[A-Za-z0-9._-]");
 }
 
 static int set_remote_write(struct conf_state *st, const struct conf_key *k,

@@ -106,6 +106,15 @@ int kvfs_conf_set_size(struct conf_state *st, const struct conf_key *k,
 int kvfs_conf_set_str(struct conf_state *st, const struct conf_key *k,
 		      const char *val, void *field);
 
+/* A word of 1..k->len-1 bytes, each one of @chars, copied with its NUL.
+ * On error the message reads "expected <@alt>1..N of <@cls>": @alt names
+ * a spelling @chars also allows ("auto or "), @cls the class as a user
+ * reads it ("[a-z0-9_-]").
+ */
+int kvfs_conf_set_chars(struct conf_state *st, const struct conf_key *k,
+			const char *val, void *field, const char *chars,
+			const char *alt, const char *cls);
+
 /* A user (a name the system knows, or a uid) into a uint32_t; sets
  * st->ns->acc.has_uid.  kvfs_conf_set_group() is the same for a group
  * and has_gid.

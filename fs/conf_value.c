@@ -78,6 +78,20 @@ int kvfs_conf_set_str(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+int kvfs_conf_set_chars(struct conf_state *st, const struct conf_key *k,
+			const char *val, void *field, const char *chars,
+			const char *alt, const char *cls)
+{
+	size_t n = strlen(val);
+
+	if (!n || n >= k->len || strspn(val, chars) != n)
+		return kvfs_conf_fail(st, st->lineno,
+				      "%s = '%s': expected %s1..%zu of %s",
+				      k->name, val, alt, k->len - 1, cls);
+	memcpy(field, val, n + 1);
+	return 0;
+}
+
 /* A user or group: a name the system knows, or a number (which need not
  * name an account, as with chown).
  */
@@ -167,17 +181,10 @@ out_bad:
 int kvfs_conf_set_digest(struct conf_state *st, const struct conf_key *k,
 			 const char *val, void *field)
 {
-	size_t n = strlen(val);
-
-	if (!n || n >= k->len ||
-	    strspn(val, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-			"0123456789._:+-") != n)
-		return kvfs_conf_fail(st, st->lineno,
-				      "%s = '%s': expected auto or 1..%zu of "
-				      "[A-Za-z0-9._:+-]",
-				      k->name, val, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
+	return kvfs_conf_set_chars(st, k, val, field,
+				   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "abcdefghijklmnopqrstuvwxyz0123456789._:+-",
+				   "auto or ", "[A-Za-z0-9._:+-]");
 }
 
 int kvfs_conf_set_log_level(struct conf_state *st, const struct conf_key *k,
@@ -213,17 +220,9 @@ int kvfs_conf_set_dtype(struct conf_state *st, const struct conf_key *k,
 int kvfs_conf_set_policy_name(struct conf_state *st, const struct conf_key *k,
 			      const char *val, void *field)
 {
-	size_t n = strlen(val);
-
-	if (!n || n >= k->len ||
-	    strspn(val, "abcdefghijklmnopqrstuvwxyz"
-			"0123456789_-") != n)
-		return kvfs_conf_fail(
-			st, st->lineno,
-			"%s = '%s': expected 1..%zu of [a-z0-9_-]", k->name,
-			val, k->len - 1);
-	memcpy(field, val, n + 1);
-	return 0;
+	return kvfs_conf_set_chars(st, k, val, field,
+				   "abcdefghijklmnopqrstuvwxyz0123456789_-", "",
+				   "[a-z0-9_-]");
 }
 
 /* A positive finite decimal number ("1e-5", "500000", "0.25"). */

@@ -486,7 +486,8 @@ static void test_policy(void **state)
 	expect_ok(t);
 	assert_string_equal(conf->cache.policy, "arc");
 	expect_err("[policy]\nname = \n", 2, "name = ''");
-	expect_err("[policy]\nname = Lru!\n", 2, "name = 'Lru!'");
+	expect_err("[policy]\nname = Lru!\n", 2,
+		   "name = 'Lru!': expected 1..31 of [a-z0-9_-]");
 	expect_err("[policy]\nname = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 2,
 		   "name");
 	for (int i = 0; i <= KVFS_PARAMS_MAX_OPTS; i++) {
