@@ -35,11 +35,17 @@ static int bad(const char *what)
 	return -EINVAL;
 }
 
-/* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes. */
+/* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes and
+ * map it shared, read-write: its name in @name, the descriptor in *@fd_out
+ * and the mapping in *@base.  0, or -errno (logged) with nothing left
+ * behind: no descriptor, no mapping, no name.
+ */
 static int shm_create(const char *what, uint64_t size,
-		      char name[KVFS_CTL_NAME_MAX], int *fd_out)
+		      char name[KVFS_CTL_NAME_MAX], int *fd_out, void **base)
 {
-	int fd = -1;
+	const char *step = "size";
+	int fd = -1, rc;
+	void *m;
 
 	for (int i = 0; i < SHM_TRIES && fd < 0; i++) {
 		snprintf(name, KVFS_CTL_NAME_MAX, "/kvfs-%s-%ld-%u", what,
@@ -50,22 +56,26 @@ static int shm_create(const char *what, uint64_t size,
 			break;
 	}
 	if (fd < 0) {
-		int rc = -errno;
-
+		rc = -errno;
 		kvfs_err("libkvfs: create shm %s: %s", name, strerror(errno));
 		return rc;
 	}
-	if (ftruncate(fd, (off_t)size)) {
-		int rc = -errno;
-
-		kvfs_err("libkvfs: size shm %s to %" PRIu64 ": %s", name, size,
-			 strerror(errno));
-		close(fd);
-		shm_unlink(name);
-		return rc;
-	}
+	if (ftruncate(fd, (off_t)size))
+		goto out_unlink;
+	step = "map";
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		goto out_unlink;
 	*fd_out = fd;
+	*base = m;
 	return 0;
+out_unlink:
+	rc = -errno;
+	kvfs_err("libkvfs: %s shm %s (%" PRIu64 " bytes): %s", step, name, size,
+		 strerror(errno));
+	close(fd);
+	shm_unlink(name);
+	return rc;
 }
 
 int kvfs_client_peer_init(struct kvfs_client_peer *p, uint64_t size)
@@ -77,26 +87,13 @@ int kvfs_client_peer_init(struct kvfs_client_peer *p, uint64_t size)
 		return bad("peer_init: NULL peer or size");
 	memset(p, 0, sizeof(*p));
 	p->fd = -1;
-	rc = shm_create("peer", size, p->mem.shm_name, &p->fd);
+	rc = shm_create("peer", size, p->mem.shm_name, &p->fd, &base);
 	if (rc)
 		return rc;
-	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
-	if (base == MAP_FAILED) {
-		rc = -errno;
-		kvfs_err("libkvfs: map peer %s: %s", p->mem.shm_name,
-			 strerror(errno));
-		goto out_unlink;
-	}
 	p->base = base;
 	p->mem.backend = KVFS_CTL_BACKEND_SHM;
 	p->mem.size = size;
 	return 0;
-out_unlink:
-	close(p->fd);
-	shm_unlink(p->mem.shm_name);
-	memset(p, 0, sizeof(*p));
-	p->fd = -1;
-	return rc;
 }
 
 void kvfs_client_peer_release(struct kvfs_client_peer *p)
@@ -122,21 +119,9 @@ int kvfs_client_sync_init(struct kvfs_client_sync *s)
 		return bad("sync_init: NULL");
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
-	rc = shm_create("sync", SYNC_MAP_LEN, s->desc.shm_name, &s->fd);
+	rc = shm_create("sync", SYNC_MAP_LEN, s->desc.shm_name, &s->fd, &base);
 	if (rc)
 		return rc;
-	base = mmap(NULL, SYNC_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED,
-		    s->fd, 0);
-	if (base == MAP_FAILED) {
-		rc = -errno;
-		kvfs_err("libkvfs: map sync %s: %s", s->desc.shm_name,
-			 strerror(errno));
-		close(s->fd);
-		shm_unlink(s->desc.shm_name);
-		memset(s, 0, sizeof(*s));
-		s->fd = -1;
-		return rc;
-	}
 	s->word = base;
 	s->desc.off = 0;
 	return 0;
