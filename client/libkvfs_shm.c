@@ -38,7 +38,7 @@ static int bad(const char *what)
 /* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes and
  * map it shared, read-write: its name in @name, the descriptor in *@fd_out
  * and the mapping in *@base.  0, or -errno (logged) with nothing left
- * behind: no descriptor, no mapping, no name.
+ * behind: the descriptor closed and the object unlinked.
  */
 static int shm_create(const char *what, uint64_t size,
 		      char name[KVFS_CTL_NAME_MAX], int *fd_out, void **base)
