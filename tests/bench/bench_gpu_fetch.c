@@ -27,8 +27,8 @@
  * "DRAM -> device-pool bandwidth" figure of the issue.
  *
  * The cache is opened with the daemon's defaults, [tier.dram] pinned =
- * auto included: with cuda the DRAM tier is one pinned arena and FETCH
- * copies blocks straight from it. Each figure says how many bytes went
+ * auto included (unless --pinned says otherwise): with cuda the DRAM tier
+ * is one pinned arena and FETCH copies blocks straight from it. Each figure says how many bytes went
  * direct and how many through staging buffers (the device tier's
  * tier.gpu.direct_bytes and staged_bytes), so a run shows which path it
  * measured.
@@ -36,6 +36,12 @@
  *   bench_gpu_fetch [--backend shm|cuda] [--device N] [--bytes SIZE]
  *                   [--block-tokens 16|32] [--iters N] [--dir DIR]
  *                   [--no-sweep] [--summary FILE]
+ *                   [--pinned auto|yes|no] [--dram SIZE]
+ *
+ * --pinned sets [tier.dram] pinned, so `--pinned no` measures the staged
+ * path; --dram opens a DRAM tier of at least SIZE, so the time the open
+ * takes (printed, cudaHostRegister of the whole arena included when it is
+ * pinned) can be had for a large tier.
  *
  * Exits 0 with the figures, 2 when the device tier cannot be had (no CUDA
  * device, or a build without CUDA), 1 on any other failure.
@@ -78,6 +84,8 @@ struct opts {
 	const char *dir;
 	const char *summ;
 	bool sweep;
+	int pinned;             /* enum kvfs_params_pinned */
+	uint64_t dram;          /* [tier.dram] capacity; 0: what the prefix needs */
 };
 
 struct bench {
@@ -90,6 +98,8 @@ struct bench {
 	uint64_t file_size, payload;    /* of one block */
 	uint32_t n;                     /* blocks in the prefix */
 	uint8_t (*keys)[KVFS_KEY_LEN];
+	double open_s;                  /* kvfs_cache_open(), pinning included */
+	uint64_t dram_cap;              /* the DRAM tier it opened with */
 	/* The baseline's buffers (host src/dst, or pinned src/device dst). */
 	void *src, *dst;
 #ifdef KVFS_HAVE_CUDA
@@ -214,6 +224,7 @@ static int cache_open(struct bench *B)
 	struct kvfs_cache_params conf;
 	uint64_t img = kvfs_util_align_up(B->file_size, KVFS_FMT_ALIGN);
 	const char *tmp = B->o.dir ? B->o.dir : getenv("TMPDIR");
+	uint64_t t0;
 	int rc;
 
 	snprintf(B->store, sizeof(B->store), "%s/kvfs-gfetch.XXXXXX",
@@ -236,14 +247,20 @@ static int cache_open(struct bench *B)
 	kvfs_cache_params_defaults(&conf);
 	kvfs_log_set_level(KVFS_LOG_WARN);
 	conf.dram_capacity = (uint64_t)B->n * img + conf.chunk_dram + 64 * MiB;
+	if (B->o.dram > conf.dram_capacity)
+		conf.dram_capacity = B->o.dram;
+	conf.dram_pinned = B->o.pinned;
+	B->dram_cap = conf.dram_capacity;
 	conf.gpu_backend = B->o.backend;
 	conf.gpu_device = B->o.device;
 	conf.gpu_capacity = (uint64_t)B->n * img + 16 * MiB;
 	conf.n_ns = 1;
 	snprintf(conf.ns[0].name, sizeof(conf.ns[0].name), NS_NAME);
 	conf.ns[0].geom = B->g;
+	t0 = now_ns();
 	rc = kvfs_cache_open(B->store, &conf,
 			     KVFS_CACHE_NOTHREADS | KVFS_CACHE_NOSYNC, &B->c);
+	B->open_s = (double)(now_ns() - t0) / 1e9;
 	if (rc == -ENODEV || rc == -EOPNOTSUPP) {
 		fprintf(stderr, "bench_gpu_fetch: no device: the %s tier on "
 			"device %u cannot be opened (%s); no figure\n",
@@ -712,6 +729,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "dir", required_argument, NULL, 'D' },
 		{ "no-sweep", no_argument, NULL, 'n' },
 		{ "summary", required_argument, NULL, 's' },
+		{ "pinned", required_argument, NULL, 'p' },
+		{ "dram", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -757,6 +776,20 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 's':
 			o->summ = optarg;
 			break;
+		case 'p':
+			if (!strcmp(optarg, "auto"))
+				o->pinned = KVFS_PARAMS_PINNED_AUTO;
+			else if (!strcmp(optarg, "yes"))
+				o->pinned = KVFS_PARAMS_PINNED_YES;
+			else if (!strcmp(optarg, "no"))
+				o->pinned = KVFS_PARAMS_PINNED_NO;
+			else
+				goto usage;
+			break;
+		case 'm':
+			if (kvfs_util_parse_size(optarg, &o->dram))
+				goto usage;
+			break;
 		default:
 			goto usage;
 		}
@@ -767,7 +800,8 @@ usage:
 	fprintf(stderr, "usage: bench_gpu_fetch [--backend shm|cuda] "
 			"[--device N] [--bytes SIZE (2G)]\n"
 			"       [--block-tokens 16|32] [--iters N (11)] "
-			"[--dir DIR] [--no-sweep] [--summary FILE]\n");
+			"[--dir DIR] [--no-sweep] [--summary FILE]\n"
+			"       [--pinned auto|yes|no] [--dram SIZE]\n");
 	return -EINVAL;
 }
 
@@ -776,7 +810,12 @@ int main(int argc, char **argv)
 	static const uint32_t sweep[] = { 1, 16, 128 };
 	struct bench B = { 0 };
 	const char *be;
-	char label[96], sz[32];
+	static const char *const pin_names[] = {
+		[KVFS_PARAMS_PINNED_AUTO] = "auto",
+		[KVFS_PARAMS_PINNED_YES] = "yes",
+		[KVFS_PARAMS_PINNED_NO] = "no",
+	};
+	char label[96], sz[32], dsz[32];
 	uint64_t t0, d0, s0;
 	double k, b;
 	int rc;
@@ -833,22 +872,28 @@ int main(int argc, char **argv)
 		       "cudaMemcpyAsync from pinned memory" :
 		       "memcpy between two warm buffers");
 	printf("  $ bench_gpu_fetch --backend %s --bytes %llu%s "
-	       "--block-tokens %u --iters %d (median of %d)\n", be,
+	       "--block-tokens %u --iters %d%s%s (median of %d)\n", be,
 	       (unsigned long long)(B.o.bytes % MiB ? B.o.bytes :
 				    B.o.bytes >> 20),
 	       B.o.bytes % MiB ? "" : "M", B.o.block_tokens, B.o.iters,
-	       B.o.iters);
+	       B.o.pinned ? " --pinned " : "",
+	       B.o.pinned ? pin_names[B.o.pinned] : "", B.o.iters);
 	t0 = now_ns();
 	rc = write_prefix(&B);
 	if (rc)
 		goto out;
-	printf("  (prefix committed to DRAM in %.1f s; [tier.dram] pinned = "
-	       "auto)\n", (double)(now_ns() - t0) / 1e9);
+	fmt_bytes(B.dram_cap, dsz, sizeof(dsz));
+	printf("  (cache opened in %.2f s with a %s DRAM tier, [tier.dram] "
+	       "pinned = %s; prefix committed to DRAM in %.1f s)\n",
+	       B.open_s, dsz, pin_names[B.o.pinned],
+	       (double)(now_ns() - t0) / 1e9);
 	(void)host_copies(&B, &d0, &s0);
 	rc = figure(&B, B.n, B.o.iters, true, &k, &b);
 	if (rc)
 		goto out;
-	snprintf(label, sizeof(label), "[11] FETCH %s prefix (%s)", sz, be);
+	snprintf(label, sizeof(label), "[11] FETCH %s prefix (%s%s%s)", sz, be,
+		 B.o.pinned ? ", pinned = " : "",
+		 B.o.pinned ? pin_names[B.o.pinned] : "");
 	summary(B.o.summ, label, k, b, "GB/s",
 		B.o.backend == KVFS_PARAMS_GPU_CUDA ? "0.90" : "-");
 	print_copies(&B, d0, s0);
@@ -868,8 +913,9 @@ int main(int argc, char **argv)
 		rc = figure(&B, sweep[i], it, false, &k, &b);
 		if (rc)
 			goto out;
-		snprintf(label, sizeof(label), "[11b] DRAM->pool %s (%s)", sz,
-			 be);
+		snprintf(label, sizeof(label), "[11b] DRAM->pool %s (%s%s%s)",
+			 sz, be, B.o.pinned ? ", pinned = " : "",
+			 B.o.pinned ? pin_names[B.o.pinned] : "");
 		summary(B.o.summ, label, k, b, "GB/s", "-");
 		print_copies(&B, d0, s0);
 	}
