@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Hidden-state restoration benchmarks (HCache, docs/hcache.md), run by
- * tests/bench/run.sh.  CPU only: the GPU path (gpu/restore_cuda.c) has
- * its own benchmark, bench_restore_cuda.
+ * tests/bench/run.sh.  CPU only unless --gpu: the GPU library
+ * (gpu/restore_cuda.c) on its own is bench_restore_cuda's.
  *
  *   [8] restoration throughput against the raw sgemm throughput of the
  *       same OpenBLAS on the same shapes ([tokens x hidden] x [hidden x
@@ -20,6 +20,10 @@
  *       O_DIRECT): pipelined, each layer projected as soon as it arrives
  *       while later layers stream, against reading the whole image,
  *       verifying it, then restoring; samples alternating;
+ *   [9g] with --gpu DEVICE, [9c] again with the daemon's GPU restorer
+ *       (gpu/restore_cuda.h, f32 then bf16 weights; each layer uploaded,
+ *       projected and downloaded as it arrives), against the O_DIRECT
+ *       read of the block's KV image measured in [9b];
  *   [10] bytes stored per token, hidden against KV, both geometries, bf16
  *       (arithmetic, no measurement).
  *
@@ -29,11 +33,16 @@
  * --iters samples.
  *
  *   bench_hcache [--dir DIR] [--layers N] [--iters N] [--summary FILE]
+ *                [--gpu DEVICE]
+ *
+ * Exits 0 with the figures, 1 when a checkpoint cannot be made or a GPU
+ * asked for cannot be used, 2 on bad arguments.
  */
 #include <cblas.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +51,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "gpu/restore_cuda.h"
 #include "tier/tier.h"
 #include "hcache/hsched.h"
 #include "hcache/restore.h"
@@ -407,13 +417,104 @@ out_free:
 	free(t3);
 }
 
+/* Time @iters restorations of @rs pipelined (@tp) and whole (@tw), after
+ * one untimed pair, alternating, each at the next of the SSD_COPIES
+ * extents @e (so no read is served twice in a row from one place).
+ * Returns 0 or the first failure's -errno.
+ */
+static int stream_times(struct kvfs_restore_stream *rs,
+			const struct kvfs_extent *e, int iters, double *tp,
+			double *tw)
+{
+	for (int i = -1; i < iters; i++) {
+		for (int w = 0; w < 2; w++) {
+			uint64_t t0 = bench_now_ns();
+			int rc;
+
+			rs->ext = &e[(2 * (i + 1) + w) % SSD_COPIES];
+			rs->flags = w ? KVFS_RS_WHOLE : 0;
+			rc = kvfs_cache_restore_stream(rs);
+			if (rc)
+				return rc;
+			/* A GPU figure must not time the CPU's fallback. */
+			if (rs->rc && (rs->gpu_failed ||
+				       rs->gpu_layers != rs->kv_from)) {
+				printf("    (no [9g] figure: the GPU projected "
+				       "%u of %u layers)\n", rs->gpu_layers,
+				       rs->kv_from);
+				return -EIO;
+			}
+			if (i >= 0)
+				(w ? tw : tp)[i] = (double)(bench_now_ns() - t0) *
+						   1e-9;
+		}
+	}
+	return 0;
+}
+
+/* [9g]: @rs (set up by [9c]) again with a GPU restorer on @gpu, f32 then
+ * bf16 weights.  A restoration the GPU did not do whole (the CPU took
+ * over) fails the figure (stream_times()): it would time the CPU.  @kv_read is [9b]'s
+ * median O_DIRECT read of the block's KV image, in seconds (0: none).
+ * Returns 0, or -errno (logged by the restorer, said here) when the GPU
+ * restorer cannot start or fails.
+ */
+static int fig_stream_gpu(struct model *md, struct kvfs_restore_stream *rs,
+			  const struct kvfs_extent *e, int gpu, double kv_read,
+			  int iters, double *tp, double *tw, const char *summ)
+{
+	static const struct {
+		unsigned flags;
+		const char *name;
+	} mode[] = { { 0, "f32" }, { KVFS_RESTORE_CUDA_BF16, "bf16" } };
+	uint32_t n = rs->n_tokens;
+	int rc = 0;
+
+	for (size_t m = 0; m < sizeof(mode) / sizeof(mode[0]) && !rc; m++) {
+		struct kvfs_restore_cuda *rc_gpu = NULL;
+		char label[64];
+		double p, w;
+
+		rc = kvfs_restore_cuda_init(md->r, gpu, mode[m].flags, &rc_gpu);
+		if (rc) {
+			printf("    (no [9g] figure: the GPU restorer on device "
+			       "%d cannot start: %s)\n", gpu, strerror(-rc));
+			break;
+		}
+		rs->rc = rc_gpu;
+		rc = stream_times(rs, e, iters, tp, tw);
+		rs->rc = NULL;
+		kvfs_restore_cuda_free(rc_gpu);
+		if (rc)
+			break;
+		p = bench_median(tp, iters);
+		w = bench_median(tw, iters);
+		printf("  SSD, the daemon's restore on GPU %d (%s weights): "
+		       "pipelined %.3f ms, whole read then restore %.3f ms; "
+		       "KV read %.3f ms\n", gpu, mode[m].name, p * 1e3,
+		       w * 1e3, kv_read * 1e3);
+		snprintf(label, sizeof(label), "[9g] SSD restore GPU %s/KV read",
+			 mode[m].name);
+		bench_summary(summ, label, n / p, kv_read > 0 ? n / kv_read : 0,
+			      "tok/s", "-");
+		snprintf(label, sizeof(label),
+			 "[9g] SSD restore GPU %s pipelined/whole", mode[m].name);
+		bench_summary(summ, label, n / p, n / w, "tok/s", "-");
+	}
+	return rc;
+}
+
 /* [9c]: SSD_COPIES HIDDEN block files in extents of an SSD tier over a
  * file under @dir, restored by kvfs_cache_restore_stream() pipelined and
- * whole-read-then-restore, alternately, at rotating extents.
+ * whole-read-then-restore, alternately, at rotating extents; then [9g] on
+ * GPU @gpu unless it is negative, against @kv_read.
+ * Returns 0; -EIO when no figure could be had (said on stdout); the GPU
+ * figure's -errno.
  */
-static void fig_block_stream(struct model *md, struct blk *b,
-			     struct kvfs_restore_ws *ws, const char *dir,
-			     int iters, const char *summ)
+static int fig_block_stream(struct model *md, struct blk *b,
+			    struct kvfs_restore_ws *ws, const char *dir,
+			    int iters, const char *summ, int gpu,
+			    double kv_read)
 {
 	struct kvfs_geom g = {
 		.n_layers = md->m.n_layers, .n_kv_heads = md->kvh,
@@ -434,7 +535,8 @@ static void fig_block_stream(struct model *md, struct blk *b,
 	uint8_t *img = aligned_alloc(4096, al), *dst = aligned_alloc(4096, ks);
 	uint32_t tok[BLOCK_TOKENS];
 	char path[4096];
-	int fd, rc = -1;
+	bool ok = false;
+	int fd, rc, rc_gpu = 0;
 
 	snprintf(path, sizeof(path), "%s/bench-hcache-stream.data", dir);
 	if (!tp || !tw || !img || !dst)
@@ -477,30 +579,21 @@ static void fig_block_stream(struct model *md, struct blk *b,
 	rs.img = img;
 	rs.dst = dst;
 	rs.dst_len = ks;
-	for (int i = -1; i < iters; i++) {
-		for (int w = 0; w < 2; w++) {
-			uint64_t t0 = bench_now_ns();
-
-			rs.ext = &e[(2 * (i + 1) + w) % SSD_COPIES];
-			rs.flags = w ? KVFS_RS_WHOLE : 0;
-			rc = kvfs_cache_restore_stream(&rs);
-			if (rc)
-				goto out_unlink;
-			if (i >= 0)
-				(w ? tw : tp)[i] = (double)(bench_now_ns() - t0) *
-						   1e-9;
-		}
-	}
+	if (stream_times(&rs, e, iters, tp, tw))
+		goto out_unlink;
 	printf("  SSD, the daemon's restore (%u layers, %llu KiB stored): "
 	       "pipelined %.3f ms, whole read then restore %.3f ms\n",
 	       g.n_layers, (unsigned long long)(hs >> 10),
 	       bench_median(tp, iters) * 1e3, bench_median(tw, iters) * 1e3);
 	bench_summary(summ, "[9c] SSD restore pipelined/whole",
 		b->n / bench_median(tp, iters), b->n / bench_median(tw, iters), "tok/s", "-");
+	ok = true;
+	if (gpu >= 0)
+		rc_gpu = fig_stream_gpu(md, &rs, e, gpu, kv_read, iters, tp,
+					tw, summ);
 out_unlink:
-	if (rc)
-		printf("    (no figure: the SSD tier over %s failed: %d)\n",
-		       path, rc);
+	if (!ok)
+		printf("    (no figure: the SSD tier over %s failed)\n", path);
 	kvfs_tier_free(ssd);
 	unlink(path);
 out_free:
@@ -508,6 +601,7 @@ out_free:
 	free(dst);
 	free(tp);
 	free(tw);
+	return ok ? rc_gpu : -EIO;
 }
 
 /* [10]: bytes per token of each form, bf16, and of a 16-token block file
@@ -564,14 +658,15 @@ int main(int argc, char **argv)
 		{ "layers", required_argument, NULL, 'l' },
 		{ "iters", required_argument, NULL, 'i' },
 		{ "summary", required_argument, NULL, 's' },
+		{ "gpu", required_argument, NULL, 'g' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct model mha = { .name = "7B-like", .kvh = 32 };
 	struct model gqa = { .name = "8B-like", .kvh = 8 };
 	const char *dir = "/tmp", *summ = NULL;
-	int layers = 4, iters = 21, ch;
+	int layers = 4, iters = 21, gpu = -1, ret = 0, ch;
 
-	while ((ch = getopt_long(argc, argv, "d:l:i:s:", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "d:l:i:s:g:", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'd':
 			dir = optarg;
@@ -585,10 +680,17 @@ int main(int argc, char **argv)
 		case 's':
 			summ = optarg;
 			break;
+		case 'g':
+			gpu = atoi(optarg);
+			if (gpu < 0) {
+				fprintf(stderr, "bench_hcache: bad --gpu\n");
+				return 2;
+			}
+			break;
 		default:
 			fprintf(stderr, "usage: bench_hcache [--dir DIR] "
 					"[--layers N] [--iters N] "
-					"[--summary FILE]\n");
+					"[--summary FILE] [--gpu DEVICE]\n");
 			return 2;
 		}
 	}
@@ -629,7 +731,10 @@ int main(int argc, char **argv)
 	} else {
 		fig_block_dram(&mha, &b, ws, iters, summ, &prof);
 		fig_block_ssd(&mha, &b, ws, dir, iters, summ, &prof);
-		fig_block_stream(&mha, &b, ws, dir, iters, summ);
+		if (fig_block_stream(&mha, &b, ws, dir, iters, summ, gpu,
+				     prof.io_kv[KVFS_TIER_SSD] * layers) &&
+		    gpu >= 0)
+			ret = 1;
 		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
 			struct kvfs_hsched_plan p;
 
@@ -649,8 +754,10 @@ int main(int argc, char **argv)
 	fig_bytes("7B-like", 32, summ);
 	fig_bytes("8B-like", 8, summ);
 	fig_split(ssd_hidden, summ);
-	printf("\nGPU restoration: bench_restore_cuda, on a GPU host.\n");
+	if (gpu < 0)
+		printf("\nGPU restoration: bench_restore_cuda, and [9g] with "
+		       "--gpu DEVICE, on a GPU host.\n");
 	kvfs_restore_free(mha.r);
 	kvfs_restore_free(gqa.r);
-	return 0;
+	return ret;
 }

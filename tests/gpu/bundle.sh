@@ -7,9 +7,10 @@
 #   DIR/run.sh                                         (on the device host)
 #
 # Copies the unit tests that `make test-gpu` runs (every tests/unit/test_*.c
-# that mentions KVFS_TEST_GPU), bench/bench_restore_cuda and
+# that mentions KVFS_TEST_GPU), bench/bench_restore_cuda,
 # bench/bench_gpu_fetch (FETCH of a 2 GiB prefix against the raw H2D copy,
-# docs/benchmarks.md figure [11]) from $BUILD (default build), flat into
+# docs/benchmarks.md figure [11]) and bench/bench_hcache (for [9g], the
+# daemon's restore from the SSD on the GPU) from $BUILD (default build), flat into
 # DIR.  For the mount-level suites (GPU_ITEST of the Makefile: every
 # tests/integration/test_*.sh that mentions KVFS_TEST_GPU) it lays out what
 # lib.sh expects of a $BUILD: DIR/bin (kvfs, mkfs.kvfs, kvfsctl),
@@ -39,7 +40,8 @@ progs=()
 while read -r src; do
 	progs+=("$BUILD/tests/$(basename "$src" .c)=.")
 done < <(grep -l KVFS_TEST_GPU tests/unit/test_*.c)
-progs+=("$BUILD/bench/bench_restore_cuda=." "$BUILD/bench/bench_gpu_fetch=.")
+progs+=("$BUILD/bench/bench_restore_cuda=." "$BUILD/bench/bench_gpu_fetch=."
+	"$BUILD/bench/bench_hcache=.")
 # The mount-level suites, and the clients they run (named $BIN/../itests/X).
 mapfile -t itests < <(grep -l KVFS_TEST_GPU tests/integration/test_*.sh)
 for p in kvfs mkfs.kvfs kvfsctl; do
@@ -130,7 +132,8 @@ cat > "$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Run the bundled GPU tests, then the GPU restore benchmark, then FETCH of
 # a long prefix into the cuda pool against the raw H2D copy
-# (bench_gpu_fetch), then the mount-level suites (integration/test_*.sh)
+# (bench_gpu_fetch), the daemon's restore from the SSD on the GPU
+# (bench_hcache [9g]), then the mount-level suites (integration/test_*.sh)
 # against the cuda backend.  With an NVIDIA GPU visible (nvidia-smi -L, or
 # /dev/nvidia0) they run with KVFS_TEST_GPU=cuda; without one the GPU
 # tests skip, the shm variants run, the benchmarks say there is no device
@@ -142,7 +145,8 @@ cat > "$OUT/run.sh" <<'RUN'
 # BENCH_TOKENS: token counts for the restore benchmark (default 256 1024
 # 4096 16384); BENCH_FETCH_BYTES: the prefix of bench_gpu_fetch (default
 # 2G; its store goes to $TMPDIR or /tmp); BENCH_DEVICE: the CUDA device
-# (default 0); ITEST_TIMEOUT: seconds each mount-level script may take
+# (default 0); BENCH_HCACHE_LAYERS: the layers of bench_hcache's model
+# (default 32); ITEST_TIMEOUT: seconds each mount-level script may take
 # (default 120; then it is killed, its mount removed, and it fails).
 # One summary line per program; exits non-zero if any failed.
 set -u
@@ -215,6 +219,27 @@ if [[ $stages == *" bench "* ]]; then
 	else
 		fail=1
 		summary+=("$(printf '%-24s FAILED' bench_gpu_fetch)")
+	fi
+	# [9g]: the daemon's restore from the SSD on the GPU, a whole
+	# model's worth of layers (BENCH_HCACHE_LAYERS, default 32).
+	if [ "${KVFS_TEST_GPU:-}" != cuda ]; then
+		summary+=("$(printf '%-24s skipped: no device' bench_hcache)")
+	else
+		layers=${BENCH_HCACHE_LAYERS:-32}
+		echo "=== bench_hcache --gpu ${BENCH_DEVICE:-0} --layers $layers"
+		hsum=$(mktemp "${TMPDIR:-/tmp}/gpu-hcache.XXXXXX") || hsum=
+		if ./bench_hcache --gpu "${BENCH_DEVICE:-0}" --layers "$layers" \
+			--iters 11 --dir "${TMPDIR:-/tmp}" ${hsum:+--summary "$hsum"}; then
+			while IFS='|' read -r label k b unit ratio goal; do
+				[[ $label == "[9g]"* ]] || continue
+				summary+=("$(printf '%-24s %s: %s of %s %s = %s' \
+					bench_hcache "$label" "$k" "$b" "$unit" "$ratio")")
+			done <"${hsum:-/dev/null}"
+		else
+			fail=1
+			summary+=("$(printf '%-24s FAILED' bench_hcache)")
+		fi
+		[ -n "$hsum" ] && rm -f "$hsum"
 	fi
 fi
 
