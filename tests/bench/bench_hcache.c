@@ -33,7 +33,12 @@
  * --iters samples.
  *
  *   bench_hcache [--dir DIR] [--layers N] [--iters N] [--summary FILE]
- *                [--gpu DEVICE]
+ *                [--gpu DEVICE [--gpu-only]]
+ *
+ * --gpu-only leaves out what runs on the CPU ([8], [9a], the CPU restores
+ * of [9b] and [9c], the plans and [10]'s split), which with 32 layers
+ * takes minutes of a GPU host's time; [9b]'s reads still run, as [9g]'s
+ * baseline.
  *
  * Exits 0 with the figures, 1 when a checkpoint cannot be made or a GPU
  * asked for cannot be used, 2 on bad arguments.
@@ -343,11 +348,12 @@ out_free:
 
 /* [9b]: SSD_COPIES hidden images then as many KV images in a file under
  * @dir, read back with O_DIRECT at rotating offsets: read + restore of a
- * hidden image against the read of a KV image.
+ * hidden image against the read of a KV image.  Without @cpu only the
+ * reads are timed (for [9g]'s baseline).
  */
 static void fig_block_ssd(struct model *md, struct blk *b,
 			  struct kvfs_restore_ws *ws, const char *dir,
-			  int iters, const char *summ,
+			  int iters, const char *summ, bool cpu,
 			  struct kvfs_hsched_profile *prof)
 {
 	double *t1 = calloc((size_t)iters, sizeof(double));
@@ -387,7 +393,8 @@ static void fig_block_ssd(struct model *md, struct blk *b,
 		    (ssize_t)b->hb)
 			goto out_fail;
 		t3[i] = (double)(bench_now_ns() - t0) * 1e-9;
-		kvfs_restore_block(md->r, ws, &b->io);
+		if (cpu)
+			kvfs_restore_block(md->r, ws, &b->io);
 		t1[i] = (double)(bench_now_ns() - t0) * 1e-9;
 		t0 = bench_now_ns();
 		if (pread(fd, b->kv, b->kb, (off_t)(kbase + j * b->kb)) !=
@@ -398,6 +405,12 @@ static void fig_block_ssd(struct model *md, struct blk *b,
 	close(fd);
 	prof->io_hidden[KVFS_TIER_SSD] = bench_median(t3, iters) / md->m.n_layers;
 	prof->io_kv[KVFS_TIER_SSD] = bench_median(t2, iters) / md->m.n_layers;
+	if (!cpu) {
+		printf("  SSD: hidden read %.3f ms; KV read %.3f ms (no CPU "
+		       "restore: --gpu-only)\n", bench_median(t3, iters) * 1e3,
+		       bench_median(t2, iters) * 1e3);
+		goto out_free;
+	}
 	printf("  SSD: hidden read %.3f ms + restore = %.3f ms; KV read "
 	       "%.3f ms (read then restore, not overlapped)\n",
 	       bench_median(t3, iters) * 1e3, bench_median(t1, iters) * 1e3,
@@ -506,14 +519,14 @@ static int fig_stream_gpu(struct model *md, struct kvfs_restore_stream *rs,
 
 /* [9c]: SSD_COPIES HIDDEN block files in extents of an SSD tier over a
  * file under @dir, restored by kvfs_cache_restore_stream() pipelined and
- * whole-read-then-restore, alternately, at rotating extents; then [9g] on
- * GPU @gpu unless it is negative, against @kv_read.
+ * whole-read-then-restore, alternately, at rotating extents (unless
+ * !@cpu); then [9g] on GPU @gpu unless it is negative, against @kv_read.
  * Returns 0; -EIO when no figure could be had (said on stdout); the GPU
  * figure's -errno.
  */
 static int fig_block_stream(struct model *md, struct blk *b,
 			    struct kvfs_restore_ws *ws, const char *dir,
-			    int iters, const char *summ, int gpu,
+			    int iters, const char *summ, bool cpu, int gpu,
 			    double kv_read)
 {
 	struct kvfs_geom g = {
@@ -579,14 +592,18 @@ static int fig_block_stream(struct model *md, struct blk *b,
 	rs.img = img;
 	rs.dst = dst;
 	rs.dst_len = ks;
-	if (stream_times(&rs, e, iters, tp, tw))
-		goto out_unlink;
-	printf("  SSD, the daemon's restore (%u layers, %llu KiB stored): "
-	       "pipelined %.3f ms, whole read then restore %.3f ms\n",
-	       g.n_layers, (unsigned long long)(hs >> 10),
-	       bench_median(tp, iters) * 1e3, bench_median(tw, iters) * 1e3);
-	bench_summary(summ, "[9c] SSD restore pipelined/whole",
-		b->n / bench_median(tp, iters), b->n / bench_median(tw, iters), "tok/s", "-");
+	if (cpu) {
+		if (stream_times(&rs, e, iters, tp, tw))
+			goto out_unlink;
+		printf("  SSD, the daemon's restore (%u layers, %llu KiB "
+		       "stored): pipelined %.3f ms, whole read then restore "
+		       "%.3f ms\n", g.n_layers, (unsigned long long)(hs >> 10),
+		       bench_median(tp, iters) * 1e3,
+		       bench_median(tw, iters) * 1e3);
+		bench_summary(summ, "[9c] SSD restore pipelined/whole",
+			      b->n / bench_median(tp, iters),
+			      b->n / bench_median(tw, iters), "tok/s", "-");
+	}
 	ok = true;
 	if (gpu >= 0)
 		rc_gpu = fig_stream_gpu(md, &rs, e, gpu, kv_read, iters, tp,
@@ -659,12 +676,14 @@ int main(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'i' },
 		{ "summary", required_argument, NULL, 's' },
 		{ "gpu", required_argument, NULL, 'g' },
+		{ "gpu-only", no_argument, NULL, 'G' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct model mha = { .name = "7B-like", .kvh = 32 };
 	struct model gqa = { .name = "8B-like", .kvh = 8 };
 	const char *dir = "/tmp", *summ = NULL;
 	int layers = 4, iters = 21, gpu = -1, ret = 0, ch;
+	bool cpu = true;
 
 	while ((ch = getopt_long(argc, argv, "d:l:i:s:g:", lo, NULL)) != -1) {
 		switch (ch) {
@@ -687,15 +706,21 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'G':
+			cpu = false;
+			break;
 		default:
 			fprintf(stderr, "usage: bench_hcache [--dir DIR] "
 					"[--layers N] [--iters N] "
-					"[--summary FILE] [--gpu DEVICE]\n");
+					"[--summary FILE] [--gpu DEVICE "
+					"[--gpu-only]]\n");
 			return 2;
 		}
 	}
-	if (layers < 1 || layers > FULL_LAYERS || iters < 1) {
-		fprintf(stderr, "bench_hcache: bad --layers or --iters\n");
+	if (layers < 1 || layers > FULL_LAYERS || iters < 1 ||
+	    (!cpu && gpu < 0)) {
+		fprintf(stderr, "bench_hcache: bad --layers or --iters, or "
+				"--gpu-only without --gpu\n");
 		return 2;
 	}
 	kvfs_restore_set_blas_threads(0);
@@ -708,9 +733,10 @@ int main(int argc, char **argv)
 				"in %s failed\n", dir);
 		return 1;
 	}
-	printf("\n[8] restoration against raw sgemm, same shapes "
-	       "(tokens/s for all 32 layers = per-layer rate / 32)\n");
-	for (int g = 0; g < 2; g++) {
+	if (cpu)
+		printf("\n[8] restoration against raw sgemm, same shapes "
+		       "(tokens/s for all 32 layers = per-layer rate / 32)\n");
+	for (int g = 0; g < 2 && cpu; g++) {
 		struct model *md = g ? &gqa : &mha;
 		static const uint32_t ns[] = { 64, 1024 };
 
@@ -729,13 +755,15 @@ int main(int argc, char **argv)
 	if (kvfs_restore_ws_alloc(&ws) || blk_init(&b, &mha)) {
 		printf("    (no figure: out of memory)\n");
 	} else {
-		fig_block_dram(&mha, &b, ws, iters, summ, &prof);
-		fig_block_ssd(&mha, &b, ws, dir, iters, summ, &prof);
-		if (fig_block_stream(&mha, &b, ws, dir, iters, summ, gpu,
+		if (cpu)
+			fig_block_dram(&mha, &b, ws, iters, summ, &prof);
+		fig_block_ssd(&mha, &b, ws, dir, iters, summ, cpu, &prof);
+		if (fig_block_stream(&mha, &b, ws, dir, iters, summ, cpu, gpu,
 				     prof.io_kv[KVFS_TIER_SSD] * layers) &&
 		    gpu >= 0)
 			ret = 1;
-		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD; t++) {
+		/* The plans need the CPU's projection time. */
+		for (int t = KVFS_TIER_DRAM; t <= KVFS_TIER_SSD && cpu; t++) {
 			struct kvfs_hsched_plan p;
 
 			if (kvfs_hsched_plan(&prof, t, FULL_LAYERS, &p))
@@ -753,7 +781,8 @@ int main(int argc, char **argv)
 	kvfs_restore_ws_free(ws);
 	fig_bytes("7B-like", 32, summ);
 	fig_bytes("8B-like", 8, summ);
-	fig_split(ssd_hidden, summ);
+	if (cpu)
+		fig_split(ssd_hidden, summ);
 	if (gpu < 0)
 		printf("\nGPU restoration: bench_restore_cuda, and [9g] with "
 		       "--gpu DEVICE, on a GPU host.\n");

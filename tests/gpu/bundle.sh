@@ -226,9 +226,9 @@ if [[ $stages == *" bench "* ]]; then
 		summary+=("$(printf '%-24s skipped: no device' bench_hcache)")
 	else
 		layers=${BENCH_HCACHE_LAYERS:-32}
-		echo "=== bench_hcache --gpu ${BENCH_DEVICE:-0} --layers $layers"
+		echo "=== bench_hcache --gpu ${BENCH_DEVICE:-0} --gpu-only --layers $layers"
 		hsum=$(mktemp "${TMPDIR:-/tmp}/gpu-hcache.XXXXXX") || hsum=
-		if ./bench_hcache --gpu "${BENCH_DEVICE:-0}" --layers "$layers" \
+		if ./bench_hcache --gpu "${BENCH_DEVICE:-0}" --gpu-only --layers "$layers" \
 			--iters 11 --dir "${TMPDIR:-/tmp}" ${hsum:+--summary "$hsum"}; then
 			while IFS='|' read -r label k b unit ratio goal; do
 				[[ $label == "[9g]"* ]] || continue
