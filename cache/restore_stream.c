@@ -37,11 +37,59 @@ struct rs_ctx {
 	int err; /* first failure, read or restore */
 };
 
-/* Project or copy layers [x->layer, @upto), adding them to the CRC. */
+/*
+ * Hidden layers [@l, @l + *@n) on the GPU as one run, where their slices
+ * lie at even strides in the image and in @rs->dst (a MIXED image's do;
+ * where they do not, one layer).  Sets *@n to the layers done.  Returns
+ * 0, or the GPU's -errno after marking @rs->gpu_failed (logged): the
+ * caller then projects those layers on the CPU, which rewrites whatever
+ * the failed call left.
+ */
+static int rs_gpu(struct rs_ctx *x, uint32_t l, uint32_t *n)
+{
+	struct kvfs_restore_stream *rs = x->rs;
+	const struct kvfs_geom *g = rs->g;
+	uint64_t so, sl, ko, kl, so2, sl2, ko2, kl2;
+	uint32_t k = 1;
+	int rc;
+
+	if (kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l, &so, &sl) ||
+	    kvfs_fmt_layer_range(g, rs->n_tokens, 0, l, &ko, &kl))
+		return -EINVAL;
+	while (k < *n &&
+	       !kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l + k,
+				     &so2, &sl2) &&
+	       !kvfs_fmt_layer_range(g, rs->n_tokens, 0, l + k, &ko2, &kl2) &&
+	       so2 == so + k * sl && sl2 == sl && ko2 == ko + k * kl &&
+	       kl2 == kl)
+		k++;
+	*n = k;
+	rc = kvfs_restore_cuda_layers(rs->rc, l, k, rs->img + so, g->dtype,
+				      rs->start_pos, rs->n_tokens,
+				      g->chunk_tokens, rs->dst + ko, g->dtype,
+				      0);
+	if (rc) {
+		kvfs_warn("restore: the GPU failed on layers %u-%u (%s): this "
+			  "block's other layers are projected on the CPU",
+			  l, l + k - 1, strerror(-rc));
+		rs->gpu_failed = true;
+	} else {
+		rs->gpu_layers += k;
+	}
+	return rc;
+}
+
+/*
+ * Project or copy layers [x->layer, @upto), adding them to the CRC.  With
+ * a GPU restorer the hidden layers among them go to it in one run
+ * (rs_gpu()), so that layers which arrived together are uploaded and
+ * projected back to back instead of one wait each.
+ */
 static int rs_layers(struct rs_ctx *x, uint32_t upto)
 {
 	struct kvfs_restore_stream *rs = x->rs;
 	const struct kvfs_geom *g = rs->g;
+	uint32_t gpu_end = x->layer; /* layers below it the GPU has done */
 	uint64_t so, sl, ko, kl;
 	int rc;
 
@@ -60,26 +108,17 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 		x->crc = kvfs_fmt_crc32c(x->crc, rs->img + so, sl);
 		if (l < rs->kv_from) {
 			rc = -ENODEV;
-			if (rs->rc && !rs->gpu_failed) {
-				rc = kvfs_restore_cuda_layer(
-					rs->rc, l, rs->img + so, g->dtype,
-					rs->start_pos, rs->n_tokens,
-					g->chunk_tokens, rs->dst + ko, g->dtype,
-					0);
-				if (rc) {
-					kvfs_warn("restore: the GPU failed on "
-						  "layer %u (%s): this block's "
-						  "other layers are projected "
-						  "on the CPU",
-						  l, strerror(-rc));
-					rs->gpu_failed = true;
-				} else {
-					rs->gpu_layers++;
-				}
+			if (l < gpu_end) {
+				rc = 0;
+			} else if (rs->rc && !rs->gpu_failed) {
+				uint32_t n = (upto < rs->kv_from ? upto :
+								   rs->kv_from) -
+					     l;
+
+				rc = rs_gpu(x, l, &n);
+				if (!rc)
+					gpu_end = l + n;
 			}
-			/* The CPU rewrites the whole layer slice, whatever
-			 * a failed GPU call left there.
-			 */
 			if (rc)
 				rc = kvfs_restore_layer(rs->rst, x->ws, l,
 							rs->img + so, g->dtype,
@@ -98,18 +137,22 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 	return 0;
 }
 
-/* A range arrived: process every layer whose bytes, and all before
- * them, are now in.
+/* Ranges arrived: process every layer whose bytes, and all before them,
+ * are now in, in one go.
  */
 static void rs_done(struct kvfs_tier_io *io, void *arg)
 {
 	struct rs_ctx *x = arg;
+	size_t next = x->next;
 
 	x->done[io - x->io] = true;
 	if (io->res && !x->err)
 		x->err = io->res;
-	while (!x->err && x->next < x->nr && x->done[x->next])
-		x->err = rs_layers(x, x->upto[x->next++]);
+	while (next < x->nr && x->done[next])
+		next++;
+	if (!x->err && next > x->next)
+		x->err = rs_layers(x, x->upto[next - 1]);
+	x->next = next;
 }
 
 /* The image must be the block the record describes.  @crc: check the

@@ -73,6 +73,15 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 	return no_cuda();
 }
 
+int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
+			     uint32_t count, const void *x, uint16_t x_dtype,
+			     uint64_t start_pos, uint32_t n_tokens,
+			     uint32_t chunk_tokens, void *kv,
+			     uint16_t kv_dtype, unsigned flags)
+{
+	return no_cuda();
+}
+
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 			    const struct kvfs_restore_io *io)
 {
@@ -920,12 +929,25 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 			    uint32_t chunk_tokens, void *kv, uint16_t kv_dtype,
 			    unsigned flags)
 {
+	return kvfs_restore_cuda_layers(rc, layer, 1, x, x_dtype, start_pos,
+					n_tokens, chunk_tokens, kv, kv_dtype,
+					flags);
+}
+
+int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
+			     uint32_t count, const void *x, uint16_t x_dtype,
+			     uint64_t start_pos, uint32_t n_tokens,
+			     uint32_t chunk_tokens, void *kv,
+			     uint16_t kv_dtype, unsigned flags)
+{
 	struct rc_req q;
 	int ret;
 
 	if (!rc || !x || !kv)
 		return -EINVAL;
-	if (layer >= rc->m.n_layers)
+	if (!count)
+		return req_bad("no layers");
+	if (first >= rc->m.n_layers || count > rc->m.n_layers - first)
 		return req_bad("layer out of range");
 	ret = check_args(rc, x_dtype, start_pos, n_tokens, chunk_tokens,
 			 kv_dtype, flags);
@@ -943,8 +965,8 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 		.pos = start_pos,
 		.n = n_tokens,
 		.c = chunk_tokens,
-		.first = layer,
-		.count = 1,
+		.first = first,
+		.count = count,
 		.flags = flags,
 	};
 	return submit(rc, &q);

@@ -126,6 +126,28 @@ int kvfs_restore_cuda_layer(struct kvfs_restore_cuda *rc, uint32_t layer,
 			    unsigned flags);
 
 /*
+ * kvfs_restore_cuda_layers() - rebuild @count consecutive layers from
+ * @first in one run: what @count calls of kvfs_restore_cuda_layer() give,
+ * with the upload of each layer overlapping the compute of the one before
+ * and one wait at the end instead of one per layer.
+ * @x:      layer @first's slice of a HIDDEN payload; the slices of the
+ *          layers after it follow at kvfs_restore_hidden_layer_bytes()
+ *          strides.
+ * @kv:     layer @first's slice of the KV payload; the next follow at
+ *          kvfs_restore_kv_layer_bytes() strides; every byte written.
+ * Other arguments as kvfs_restore_cuda_layer().  Complete on return.
+ *
+ * Returns as kvfs_restore_cuda_layer(); a @count of 0, or layers past the
+ * model's, is -EINVAL (logged).  On failure any of the @count KV slices
+ * may hold partial output.
+ */
+int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
+			     uint32_t count, const void *x, uint16_t x_dtype,
+			     uint64_t start_pos, uint32_t n_tokens,
+			     uint32_t chunk_tokens, void *kv,
+			     uint16_t kv_dtype, unsigned flags);
+
+/*
  * kvfs_restore_cuda_block() - rebuild layers of a block, payload to
  * payload; mirrors kvfs_restore_block(), with @io->flags (enum
  * kvfs_restore_io_flags) saying where each payload lives.  Layers

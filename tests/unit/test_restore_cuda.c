@@ -229,6 +229,9 @@ static void test_no_device(void **state)
 	ret = kvfs_restore_cuda_layer(NULL, 0, "", KVFS_DTYPE_F32, 0, 1, 1,
 				      &io, KVFS_DTYPE_F32, 0);
 	assert_true(ret == -EINVAL || ret == -EOPNOTSUPP);
+	ret = kvfs_restore_cuda_layers(NULL, 0, 1, "", KVFS_DTYPE_F32, 0, 1, 1,
+				       &io, KVFS_DTYPE_F32, 0);
+	assert_true(ret == -EINVAL || ret == -EOPNOTSUPP);
 	kvfs_restore_cuda_free(NULL);
 	assert_int_equal(kvfs_restore_cuda_mem_bytes(NULL), 0);
 	assert_int_equal(kvfs_restore_cuda_device(NULL), -1);
@@ -464,8 +467,9 @@ static void test_bf16_weights(void **state)
 
 /* --------------------------------------------------------- API shapes */
 
-/* Layer calls equal the block's slices; a layer range leaves the other
- * layers untouched; the RoPE table follows start_pos and n_tokens.
+/* Layer calls, and runs of layers, equal the block's slices; a layer
+ * range leaves the other layers untouched; the RoPE table follows
+ * start_pos and n_tokens.
  */
 static void test_layer_api(void **state)
 {
@@ -519,6 +523,35 @@ static void test_layer_api(void **state)
 	for (size_t i = 0; i < kl; i++)
 		assert_int_equal(part[i], 0x5a);
 	assert_memory_equal(part + kl, full + kl, 2 * kl);
+	/* the same runs through kvfs_restore_cuda_layers(): all three, then
+	 * [1, 3) alone; a run of none or past the last layer is refused
+	 */
+	memset(part, 0x5a, len);
+	assert_int_equal(kvfs_restore_cuda_layers(rc, 0, 3, b.hidden,
+						  KVFS_DTYPE_BF16, 1000, 37,
+						  16, part, KVFS_DTYPE_BF16,
+						  0),
+			 0);
+	assert_memory_equal(part, full, len);
+	memset(part, 0x5a, len);
+	assert_int_equal(kvfs_restore_cuda_layers(rc, 1, 2, b.hidden + hl,
+						  KVFS_DTYPE_BF16, 1000, 37,
+						  16, part + kl,
+						  KVFS_DTYPE_BF16, 0),
+			 0);
+	for (size_t i = 0; i < kl; i++)
+		assert_int_equal(part[i], 0x5a);
+	assert_memory_equal(part + kl, full + kl, 2 * kl);
+	assert_int_equal(kvfs_restore_cuda_layers(rc, 1, 0, b.hidden + hl,
+						  KVFS_DTYPE_BF16, 1000, 37,
+						  16, part + kl,
+						  KVFS_DTYPE_BF16, 0),
+			 -EINVAL);
+	assert_int_equal(kvfs_restore_cuda_layers(rc, 2, 2, b.hidden + hl,
+						  KVFS_DTYPE_BF16, 1000, 37,
+						  16, part + kl,
+						  KVFS_DTYPE_BF16, 0),
+			 -EINVAL);
 
 	/* a bigger block elsewhere grows the workspace and moves the
 	 * table; the first block then gives the same bytes again
