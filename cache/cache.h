@@ -453,9 +453,10 @@ struct kvfs_restore_stream {
 	const struct kvfs_restore *rst; /* its loaded checkpoint */
 	struct kvfs_restore_ws *ws;     /* or NULL: one is made per call */
 	/* Or NULL.  When set, hidden layers are projected on the GPU
-	 * (kvfs_restore_cuda_layer(), host memory in and out, each layer
-	 * as it arrives); from the first layer the GPU fails on, the rest
-	 * are projected on the CPU with @rst (logged, @gpu_failed set).
+	 * (kvfs_restore_cuda_layers(), host memory in and out, the layers
+	 * that arrived together as one run); from the first run the GPU
+	 * fails on, the rest are projected on the CPU with @rst (logged,
+	 * @gpu_failed set).
 	 */
 	struct kvfs_restore_cuda *rc;
 	/* What the block record says; the image must agree. */
