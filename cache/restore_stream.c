@@ -309,6 +309,7 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	char hex[KVFS_KEY_HEX_LEN + 1];
 	uint64_t alen = kvfs_util_align_up(b->size, KVFS_FMT_ALIGN);
 	uint8_t *dst, *src;
+	void *pin = NULL;
 	bool admit, keep;
 	int rc;
 
@@ -324,7 +325,14 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	} else {
 		dst = aligned_alloc(KVFS_FMT_ALIGN, alen);
 	}
-	src = aligned_alloc(KVFS_FMT_ALIGN, sx.len);
+	/* With a GPU restorer the stored image is read into page-locked
+	 * memory, which the GPU reads without a CPU copy; into pageable
+	 * memory when none can be had.
+	 */
+	if (ns->hc.rc && !kvfs_restore_cuda_host_get(ns->hc.rc, sx.len, &pin))
+		src = pin;
+	else
+		src = aligned_alloc(KVFS_FMT_ALIGN, sx.len);
 	rc = -ENOMEM;
 	if (!dst || !src)
 		goto out_free;
@@ -391,7 +399,10 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	}
 	if (rc)
 		goto out_free;
-	free(src);
+	if (pin)
+		kvfs_restore_cuda_host_put(ns->hc.rc, pin);
+	else
+		free(src);
 	if (!keep) {
 		*img = dst;
 		*img_len = alen;
@@ -399,7 +410,10 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	return 0;
 
 out_free:
-	free(src);
+	if (pin)
+		kvfs_restore_cuda_host_put(ns->hc.rc, pin);
+	else
+		free(src);
 	if (keep)
 		dram->ops->free(dram, &ext);
 	else

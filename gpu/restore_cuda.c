@@ -82,6 +82,16 @@ int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
 	return no_cuda();
 }
 
+int kvfs_restore_cuda_host_get(struct kvfs_restore_cuda *rc, uint64_t len,
+			       void **buf)
+{
+	return (!rc || !buf) ? -EINVAL : no_cuda();
+}
+
+void kvfs_restore_cuda_host_put(struct kvfs_restore_cuda *rc, void *buf)
+{
+}
+
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 			    const struct kvfs_restore_io *io)
 {
@@ -109,6 +119,7 @@ int kvfs_restore_cuda_profile(struct kvfs_restore_cuda *rc,
 
 #define KVFS_CUDA_WHO "restore cuda"
 #include "gpu/cuda_i.h"
+#include "gpu/host_pool_i.h"
 #include "gpu/restore_cuda_i.h"
 
 _Static_assert((int)KVFS_RC_F16 == (int)KVFS_DTYPE_F16 &&
@@ -258,6 +269,7 @@ struct kvfs_restore_cuda {
 	struct rc_layer *layers;        /* immutable after init */
 	double *inv;                    /* device [head_dim / 2]; immutable */
 	cublasHandle_t blas;            /* guarded by lock */
+	struct kvfs_host_pool host;     /* guarded by its own lock */
 	pthread_mutex_t lock;
 	/* Everything below is guarded by lock. */
 	cudaStream_t cs, xs;            /* compute, copy */
@@ -483,6 +495,12 @@ int kvfs_restore_cuda_init_weights(const struct kvfs_restore_model *m,
 		free(rc);
 		return ret;
 	}
+	ret = kvfs_host_pool_init(&rc->host);
+	if (ret) {
+		pthread_mutex_destroy(&rc->lock);
+		free(rc);
+		return ret;
+	}
 	rc->m = *m;
 	rc->kv_dim = m->n_kv_heads * m->head_dim;
 	rc->device = device;
@@ -594,6 +612,7 @@ void kvfs_restore_cuda_free(struct kvfs_restore_cuda *rc)
 		cudaStreamDestroy(rc->xs);
 	(void)cudaGetLastError();
 	free(rc->layers);
+	kvfs_host_pool_release(&rc->host);
 	pthread_mutex_destroy(&rc->lock);
 	free(rc);
 }
@@ -906,10 +925,22 @@ static int submit(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 			(uint64_t)q->n * rc->m.hidden_size *
 				kvfs_fmt_dtype_size(q->xdt);
 	uint64_t klen = (uint64_t)q->count * q->kl;
+	struct rc_req p = *q;
 	int ret;
 
 	pthread_mutex_lock(&rc->lock);
 	ret = CUDA_TRY(cudaSetDevice(rc->device));
+	/* Host memory said to be pageable that is in fact page-locked (the
+	 * DRAM tier's pinned arena, a buffer of kvfs_restore_cuda_host_get())
+	 * is copied by the copy engine, without the staging buffers.
+	 */
+	if (!ret && !(q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)) &&
+	    kvfs_host_pinned(q->x, xlen))
+		p.flags |= KVFS_RC_HIDDEN_PINNED;
+	if (!ret && !(q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)) &&
+	    kvfs_host_pinned(q->kv, klen))
+		p.flags |= KVFS_RC_KV_PINNED;
+	q = &p;
 	if (!ret && (q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)))
 		ret = where_check(rc, q->x, xlen, kvfs_fmt_dtype_size(q->xdt),
 				  q->flags & KVFS_RC_HIDDEN_DEVICE,
@@ -970,6 +1001,20 @@ int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
 		.flags = flags,
 	};
 	return submit(rc, &q);
+}
+
+int kvfs_restore_cuda_host_get(struct kvfs_restore_cuda *rc, uint64_t len,
+			       void **buf)
+{
+	if (!rc)
+		return -EINVAL;
+	return kvfs_host_pool_get(&rc->host, len, buf);
+}
+
+void kvfs_restore_cuda_host_put(struct kvfs_restore_cuda *rc, void *buf)
+{
+	if (rc)
+		kvfs_host_pool_put(&rc->host, buf);
 }
 
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,

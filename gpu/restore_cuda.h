@@ -112,7 +112,10 @@ int kvfs_restore_cuda_device(const struct kvfs_restore_cuda *rc);
  * @kv:     that layer's slice of the KV payload, every byte written.
  * @flags:  enum kvfs_restore_io_flags (hcache/restore.h), saying where
  *          @x and @kv are.
- *          A device pointer must be on the handle's device.
+ *          A device pointer must be on the handle's device.  Host
+ *          memory flagged as neither device nor pinned that is in fact
+ *          page-locked (cudaHostAlloc'd, or registered: the DRAM tier's
+ *          pinned arena) is treated as pinned.
  * Other arguments as kvfs_restore_layer().  Complete on return.
  *
  * Returns 0, -EINVAL (bad argument, logged), -ENOMEM, or -EIO (a CUDA or
@@ -146,6 +149,27 @@ int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
 			     uint64_t start_pos, uint32_t n_tokens,
 			     uint32_t chunk_tokens, void *kv,
 			     uint16_t kv_dtype, unsigned flags);
+
+/*
+ * kvfs_restore_cuda_host_get() - a page-locked host buffer of at least
+ * @len bytes, 4096-aligned, for a restoration's input or output: the
+ * restorer notices page-locked memory (below) and copies it with the
+ * copy engine instead of through its staging buffers, one CPU copy fewer
+ * each way.  The handle keeps a few buffers given back and hands them
+ * out again (pinning is slow); more at once are allocated and freed.
+ * Contents undefined.  *@buf receives it.
+ * Returns 0; -EINVAL; -EOPNOTSUPP in builds without the CUDA toolkit;
+ * -ENOMEM (logged: the driver cannot pin more; use pageable memory) or
+ * -EIO (logged).  Locking: the handle's pool lock, not the one calls of
+ * the restorer take, so it never waits for a restoration.
+ */
+int kvfs_restore_cuda_host_get(struct kvfs_restore_cuda *rc, uint64_t len,
+			       void **buf);
+
+/* Give back a buffer of kvfs_restore_cuda_host_get() (NULL: nothing),
+ * before kvfs_restore_cuda_free().  Takes the pool lock.
+ */
+void kvfs_restore_cuda_host_put(struct kvfs_restore_cuda *rc, void *buf);
 
 /*
  * kvfs_restore_cuda_block() - rebuild layers of a block, payload to

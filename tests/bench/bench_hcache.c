@@ -21,8 +21,10 @@
  *       while later layers stream, against reading the whole image,
  *       verifying it, then restoring; samples alternating;
  *   [9g] with --gpu DEVICE, [9c] again with the daemon's GPU restorer
- *       (gpu/restore_cuda.h, f32 then bf16 weights; each layer uploaded,
- *       projected and downloaded as it arrives), against the O_DIRECT
+ *       (gpu/restore_cuda.h, f32 then bf16 weights; the layers that
+ *       arrived uploaded, projected and downloaded as one run), the
+ *       image read into and the KV image built in pageable memory, then
+ *       in page-locked memory as the daemon does, against the O_DIRECT
  *       read of the block's KV image measured in [9b];
  *   [10] bytes stored per token, hidden against KV, both geometries, bf16
  *       (arithmetic, no measurement).
@@ -465,9 +467,67 @@ static int stream_times(struct kvfs_restore_stream *rs,
 	return 0;
 }
 
+/* One [9g] row: @rs restored with @rc_gpu, its image read into and its KV
+ * image built in pageable memory (as the bench allocated them) or in the
+ * restorer's page-locked buffers (@pinned, as the daemon does).  Prints
+ * the figure and adds its summary lines.  0 or -errno.
+ */
+static int stream_gpu_row(struct kvfs_restore_stream *rs,
+			  struct kvfs_restore_cuda *rc_gpu, bool pinned,
+			  const char *mode, const struct kvfs_extent *e,
+			  int gpu, double kv_read, int iters, double *tp,
+			  double *tw, const char *summ)
+{
+	uint8_t *img = rs->img, *dst = rs->dst;
+	void *pimg = NULL, *pdst = NULL;
+	uint32_t n = rs->n_tokens;
+	char label[80];
+	double p, w;
+	int rc = 0;
+
+	if (pinned) {
+		rc = kvfs_restore_cuda_host_get(rc_gpu, e[0].len, &pimg);
+		if (!rc)
+			rc = kvfs_restore_cuda_host_get(rc_gpu, rs->dst_len,
+							&pdst);
+		if (rc) {
+			printf("    (no [9g] figure: no page-locked buffers: "
+			       "%s)\n", strerror(-rc));
+			goto out_put;
+		}
+		rs->img = pimg;
+		rs->dst = pdst;
+	}
+	rs->rc = rc_gpu;
+	rc = stream_times(rs, e, iters, tp, tw);
+	rs->rc = NULL;
+	rs->img = img;
+	rs->dst = dst;
+	if (rc)
+		goto out_put;
+	p = bench_median(tp, iters);
+	w = bench_median(tw, iters);
+	printf("  SSD, the daemon's restore on GPU %d (%s weights, %s "
+	       "buffers): pipelined %.3f ms, whole read then restore %.3f ms; "
+	       "KV read %.3f ms\n", gpu, mode, pinned ? "page-locked" :
+	       "pageable", p * 1e3, w * 1e3, kv_read * 1e3);
+	snprintf(label, sizeof(label), "[9g] SSD restore GPU %s%s/KV read",
+		 mode, pinned ? "" : " pageable");
+	bench_summary(summ, label, n / p, kv_read > 0 ? n / kv_read : 0,
+		      "tok/s", "-");
+	snprintf(label, sizeof(label), "[9g] SSD restore GPU %s%s "
+		 "pipelined/whole", mode, pinned ? "" : " pageable");
+	bench_summary(summ, label, n / p, n / w, "tok/s", "-");
+out_put:
+	kvfs_restore_cuda_host_put(rc_gpu, pimg);
+	kvfs_restore_cuda_host_put(rc_gpu, pdst);
+	return rc;
+}
+
 /* [9g]: @rs (set up by [9c]) again with a GPU restorer on @gpu, f32 then
- * bf16 weights.  A restoration the GPU did not do whole (the CPU took
- * over) fails the figure (stream_times()): it would time the CPU.  @kv_read is [9b]'s
+ * bf16 weights, each with pageable then page-locked buffers.  A
+ * restoration the GPU did not do whole (the CPU took over) fails the
+ * figure (stream_times()): it would time the CPU.  @kv_read is [9b]'s
  * median O_DIRECT read of the block's KV image, in seconds (0: none).
  * Returns 0, or -errno (logged by the restorer, said here) when the GPU
  * restorer cannot start or fails.
@@ -480,13 +540,10 @@ static int fig_stream_gpu(struct model *md, struct kvfs_restore_stream *rs,
 		unsigned flags;
 		const char *name;
 	} mode[] = { { 0, "f32" }, { KVFS_RESTORE_CUDA_BF16, "bf16" } };
-	uint32_t n = rs->n_tokens;
 	int rc = 0;
 
 	for (size_t m = 0; m < sizeof(mode) / sizeof(mode[0]) && !rc; m++) {
 		struct kvfs_restore_cuda *rc_gpu = NULL;
-		char label[64];
-		double p, w;
 
 		rc = kvfs_restore_cuda_init(md->r, gpu, mode[m].flags, &rc_gpu);
 		if (rc) {
@@ -494,25 +551,10 @@ static int fig_stream_gpu(struct model *md, struct kvfs_restore_stream *rs,
 			       "%d cannot start: %s)\n", gpu, strerror(-rc));
 			break;
 		}
-		rs->rc = rc_gpu;
-		rc = stream_times(rs, e, iters, tp, tw);
-		rs->rc = NULL;
+		for (int pinned = 0; pinned < 2 && !rc; pinned++)
+			rc = stream_gpu_row(rs, rc_gpu, pinned, mode[m].name, e,
+					    gpu, kv_read, iters, tp, tw, summ);
 		kvfs_restore_cuda_free(rc_gpu);
-		if (rc)
-			break;
-		p = bench_median(tp, iters);
-		w = bench_median(tw, iters);
-		printf("  SSD, the daemon's restore on GPU %d (%s weights): "
-		       "pipelined %.3f ms, whole read then restore %.3f ms; "
-		       "KV read %.3f ms\n", gpu, mode[m].name, p * 1e3,
-		       w * 1e3, kv_read * 1e3);
-		snprintf(label, sizeof(label), "[9g] SSD restore GPU %s/KV read",
-			 mode[m].name);
-		bench_summary(summ, label, n / p, kv_read > 0 ? n / kv_read : 0,
-			      "tok/s", "-");
-		snprintf(label, sizeof(label),
-			 "[9g] SSD restore GPU %s pipelined/whole", mode[m].name);
-		bench_summary(summ, label, n / p, n / w, "tok/s", "-");
 	}
 	return rc;
 }

@@ -231,7 +231,8 @@ if [[ $stages == *" bench "* ]]; then
 		if ./bench_hcache --gpu "${BENCH_DEVICE:-0}" --gpu-only --layers "$layers" \
 			--iters 11 --dir "${TMPDIR:-/tmp}" ${hsum:+--summary "$hsum"}; then
 			while IFS='|' read -r label k b unit ratio goal; do
-				[[ $label == "[9g]"* ]] || continue
+				# the daemon's way: page-locked buffers
+				[[ $label == "[9g]"* && $label != *pageable* ]] || continue
 				summary+=("$(printf '%-24s %s: %s of %s %s = %s' \
 					bench_hcache "$label" "$k" "$b" "$unit" "$ratio")")
 			done <"${hsum:-/dev/null}"

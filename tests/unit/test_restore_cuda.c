@@ -580,10 +580,13 @@ static void test_layer_api(void **state)
  */
 static void test_placements(void **state)
 {
+	/* The last of each: page-locked memory passed as pageable, which
+	 * the restorer notices and uses as pinned.
+	 */
 	static const unsigned hid[] = { 0, KVFS_RC_HIDDEN_DEVICE,
-					KVFS_RC_HIDDEN_PINNED };
+					KVFS_RC_HIDDEN_PINNED, 0 };
 	static const unsigned kvw[] = { 0, KVFS_RC_KV_DEVICE,
-					KVFS_RC_KV_PINNED };
+					KVFS_RC_KV_PINNED, 0 };
 	struct kvfs_restore_io io;
 	struct kvfs_restore_cuda *rc;
 	struct kvfs_restore *r;
@@ -611,12 +614,12 @@ static void test_placements(void **state)
 				    cudaMemcpyHostToDevice), cudaSuccess);
 	memcpy(ph, b.hidden, b.hidden_len);
 
-	for (int i = 0; i < 3; i++) {
-		for (int j = 0; j < 3; j++) {
+	for (int i = 0; i < 4; i++) {
+		for (int j = 0; j < 4; j++) {
 			io = gpu_io(&rm, &b, KVFS_DTYPE_BF16);
 			io.flags = hid[i] | kvw[j];
-			io.hidden = i == 1 ? dh : i == 2 ? ph : b.hidden;
-			io.kv = j == 1 ? dk : j == 2 ? pk : out;
+			io.hidden = i == 1 ? dh : i >= 2 ? ph : b.hidden;
+			io.kv = j == 1 ? dk : j >= 2 ? pk : out;
 			assert_int_equal(cudaMemset(dk, 0x33, len),
 					 cudaSuccess);
 			memset(pk, 0x33, len);
@@ -626,7 +629,7 @@ static void test_placements(void **state)
 				assert_int_equal(cudaMemcpy(out, dk, len,
 							    cudaMemcpyDeviceToHost),
 						 cudaSuccess);
-			else if (j == 2)
+			else if (j >= 2)
 				memcpy(out, pk, len);
 			assert_memory_equal(out, ref, len);
 		}
@@ -674,6 +677,87 @@ static void test_placements(void **state)
 	fail_msg("KVFS_TEST_GPU=cuda on a build without CUDA");
 }
 #endif
+
+/* The restorer's page-locked buffers: page-locked and 4096-aligned, a
+ * buffer given back is handed out again, a larger request gets a larger
+ * one, and more than the pool keeps at once still get buffers.  A
+ * restoration from and into them equals one from and into the heap.
+ */
+static void test_host_buffers(void **state)
+{
+	struct kvfs_restore_io io;
+	struct kvfs_restore_cuda *rc;
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b;
+	void *p[6] = { 0 }, *q = NULL;
+	uint8_t *ref;
+	size_t len;
+
+	NEED_GPU();
+	make_model(&rm, &ckpt_llama_gqa_bf16, 2);
+	r = ckpt_load(&rm, "host.safetensors", 0);
+	rc = gpu_init(r, 0);
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, 0, &q), -EINVAL);
+	assert_int_equal(kvfs_restore_cuda_host_get(NULL, 1, &q), -EINVAL);
+	assert_null(q);
+
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, 5000, &p[0]), 0);
+	assert_non_null(p[0]);
+	assert_int_equal((uintptr_t)p[0] % 4096, 0);
+#ifdef KVFS_HAVE_CUDA
+	{
+		struct cudaPointerAttributes a;
+
+		assert_int_equal(cudaPointerGetAttributes(&a, p[0]),
+				 cudaSuccess);
+		assert_int_equal(a.type, cudaMemoryTypeHost);
+	}
+#endif
+	memset(p[0], 0x5c, 5000);
+	kvfs_restore_cuda_host_put(rc, p[0]);
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q), 0);
+	assert_ptr_equal(q, p[0]);
+	/* more than the pool keeps, one larger than the rest */
+	for (int i = 1; i < 6; i++) {
+		assert_int_equal(kvfs_restore_cuda_host_get(
+					 rc, i == 3 ? (3u << 20) : 4096, &p[i]),
+				 0);
+		assert_non_null(p[i]);
+		assert_ptr_not_equal(p[i], q);
+		for (int j = 1; j < i; j++)
+			assert_ptr_not_equal(p[i], p[j]);
+		memset(p[i], i, i == 3 ? (3u << 20) : 4096);
+	}
+	kvfs_restore_cuda_host_put(rc, q);
+	for (int i = 1; i < 6; i++)
+		kvfs_restore_cuda_host_put(rc, p[i]);
+	kvfs_restore_cuda_host_put(rc, NULL);
+	/* the larger kept buffer serves a larger request again */
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, 2u << 20, &q), 0);
+	assert_ptr_equal(q, p[3]);
+
+	make_block(&b, &rm, KVFS_DTYPE_BF16, 21, 16, 77);
+	ref = gpu_block(rc, &rm, &b, KVFS_DTYPE_BF16);
+	len = kv_len(&rm, &b, KVFS_DTYPE_BF16);
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, b.hidden_len, &p[0]),
+			 0);
+	memcpy(p[0], b.hidden, b.hidden_len);
+	memset(q, 0x33, len);
+	io = gpu_io(&rm, &b, KVFS_DTYPE_BF16);
+	io.hidden = p[0];
+	io.kv = q;
+	assert_int_equal(kvfs_restore_cuda_block(rc, &io), 0);
+	assert_memory_equal(q, ref, len);
+	kvfs_restore_cuda_host_put(rc, p[0]);
+	kvfs_restore_cuda_host_put(rc, q);
+
+	free(ref);
+	free_block(&b);
+	kvfs_restore_cuda_free(rc);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
 
 static void test_bad_requests(void **state)
 {
@@ -832,6 +916,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bf16_weights),
 		cmocka_unit_test(test_layer_api),
 		cmocka_unit_test(test_placements),
+		cmocka_unit_test(test_host_buffers),
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_profile),

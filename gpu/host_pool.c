@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Page-locked host buffers for the GPU restorer: see gpu/host_pool_i.h.
+ */
+#ifdef KVFS_HAVE_CUDA
+
+#include <errno.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#define KVFS_CUDA_WHO "restore cuda"
+#include "gpu/cuda_i.h"
+#include "gpu/host_pool_i.h"
+#include "meta/util.h"
+
+#define HOST_POOL_ROUND (1ull << 20)
+
+int kvfs_host_pool_init(struct kvfs_host_pool *hp)
+{
+	*hp = (struct kvfs_host_pool){ 0 };
+	return -pthread_mutex_init(&hp->lock, NULL);
+}
+
+void kvfs_host_pool_release(struct kvfs_host_pool *hp)
+{
+	for (int i = 0; i < HOST_POOL_KEEP; i++)
+		if (hp->buf[i].p)
+			cudaFreeHost(hp->buf[i].p);
+	pthread_mutex_destroy(&hp->lock);
+}
+
+/* A new page-locked buffer of @len bytes (a multiple of 1 MiB). */
+static int host_alloc(uint64_t len, void **buf)
+{
+	void *p = NULL;
+	int ret;
+
+	ret = CUDA_TRY(cudaHostAlloc(&p, len, cudaHostAllocPortable));
+	if (ret)
+		return ret;
+	/* O_DIRECT reads land in it; the runtime aligns to pages anyway. */
+	if ((uintptr_t)p % 4096) {
+		kvfs_err("restore cuda: cudaHostAlloc gave an address not "
+			 "aligned to 4096 bytes");
+		cudaFreeHost(p);
+		return -EIO;
+	}
+	*buf = p;
+	return 0;
+}
+
+int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
+{
+	int slot = -1, ret;
+	uint64_t want;
+	void *old = NULL;
+
+	if (!hp || !buf || !len || len > UINT64_MAX - HOST_POOL_ROUND)
+		return -EINVAL;
+	want = kvfs_util_align_up(len, HOST_POOL_ROUND);
+	pthread_mutex_lock(&hp->lock);
+	for (int i = 0; i < HOST_POOL_KEEP; i++) {
+		if (hp->buf[i].out)
+			continue;
+		if (hp->buf[i].p && hp->buf[i].len >= len) {
+			hp->buf[i].out = true;
+			*buf = hp->buf[i].p;
+			pthread_mutex_unlock(&hp->lock);
+			return 0;
+		}
+		/* An empty slot before a too small buffer. */
+		if (slot < 0 || !hp->buf[i].p)
+			slot = i;
+	}
+	if (slot >= 0) {
+		/* Reserve the slot, then pin outside the lock. */
+		old = hp->buf[slot].p;
+		hp->buf[slot] = (typeof(hp->buf[slot])){ .out = true };
+	}
+	pthread_mutex_unlock(&hp->lock);
+	if (old)
+		cudaFreeHost(old);
+	ret = host_alloc(want, buf);
+	if (slot < 0)
+		return ret;
+	pthread_mutex_lock(&hp->lock);
+	if (ret) {
+		hp->buf[slot].out = false;
+	} else {
+		hp->buf[slot].p = *buf;
+		hp->buf[slot].len = want;
+	}
+	pthread_mutex_unlock(&hp->lock);
+	return ret;
+}
+
+void kvfs_host_pool_put(struct kvfs_host_pool *hp, void *buf)
+{
+	if (!buf)
+		return;
+	pthread_mutex_lock(&hp->lock);
+	for (int i = 0; i < HOST_POOL_KEEP; i++) {
+		if (hp->buf[i].p == buf) {
+			hp->buf[i].out = false;
+			pthread_mutex_unlock(&hp->lock);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&hp->lock);
+	cudaFreeHost(buf);
+}
+
+bool kvfs_host_pinned(const void *p, uint64_t len)
+{
+	const uint8_t *ends[2] = { p, (const uint8_t *)p + len - 1 };
+
+	if (!p || !len)
+		return false;
+	for (int i = 0; i < 2; i++) {
+		struct cudaPointerAttributes a;
+
+		if (cudaPointerGetAttributes(&a, ends[i]) != cudaSuccess) {
+			(void)cudaGetLastError();
+			return false;
+		}
+		if (a.type != cudaMemoryTypeHost)
+			return false;
+	}
+	return true;
+}
+
+#endif /* KVFS_HAVE_CUDA */
