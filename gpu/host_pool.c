@@ -53,6 +53,7 @@ static int host_alloc(uint64_t len, void **buf)
 int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
 {
 	int slot = -1, ret;
+	bool refused;
 	uint64_t want;
 	void *old = NULL;
 
@@ -60,6 +61,7 @@ int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
 		return -EINVAL;
 	want = kvfs_util_align_up(len, HOST_POOL_ROUND);
 	pthread_mutex_lock(&hp->lock);
+	refused = hp->refused;
 	for (int i = 0; i < HOST_POOL_KEEP; i++) {
 		if (hp->buf[i].out)
 			continue;
@@ -73,6 +75,10 @@ int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
 		if (slot < 0 || !hp->buf[i].p)
 			slot = i;
 	}
+	if (refused) {
+		pthread_mutex_unlock(&hp->lock);
+		return -ENOMEM;
+	}
 	if (slot >= 0) {
 		/* Reserve the slot, then pin outside the lock. */
 		old = hp->buf[slot].p;
@@ -82,9 +88,17 @@ int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
 	if (old)
 		cudaFreeHost(old);
 	ret = host_alloc(want, buf);
-	if (slot < 0)
-		return ret;
+	if (ret == -ENOMEM)
+		kvfs_warn("restore cuda: no more page-locked host memory for "
+			  "restorations: they copy through the staging "
+			  "buffers from now on");
 	pthread_mutex_lock(&hp->lock);
+	if (ret == -ENOMEM)
+		hp->refused = true;
+	if (slot < 0) {
+		pthread_mutex_unlock(&hp->lock);
+		return ret;
+	}
 	if (ret) {
 		hp->buf[slot].out = false;
 	} else {

@@ -34,6 +34,11 @@ struct kvfs_host_pool {
 		uint64_t len;
 		bool out;
 	} buf[HOST_POOL_KEEP];
+	/* Guarded by lock: the driver refused to pin memory once; from
+	 * then on only kept buffers are handed out, and no new one is
+	 * asked for (nor is the refusal logged again).
+	 */
+	bool refused;
 };
 
 /* Set up an empty pool.  0, or -errno from pthread_mutex_init(). */
@@ -54,7 +59,8 @@ void kvfs_host_pool_release(struct kvfs_host_pool *hp);
  * rounded up to 1 MiB) kept in a free or too small slot, else one of
  * its own.  Its contents are undefined.
  * Returns 0; -EINVAL (NULL, @len 0); -ENOMEM (the driver cannot pin more:
- * the caller goes on with pageable memory; logged) or -EIO (logged).
+ * the caller goes on with pageable memory; logged the first time, and
+ * from then on no buffer is pinned anew) or -EIO (logged).
  * Locking: takes hp->lock; never holds it across the allocation of a
  * buffer of its own.
  */

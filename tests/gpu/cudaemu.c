@@ -41,7 +41,7 @@
  * KVFS_CUDAEMU_DEVICES sets the device count (default 1; 0 emulates a
  * host without a GPU); CUDA_VISIBLE_DEVICES narrows it as it does the
  * runtime's ("-1": none).  KVFS_CUDAEMU_PIN_LIMIT=BYTES makes a
- * cudaHostRegister() of more than BYTES fail with
+ * cudaHostRegister() or cudaHostAlloc() of more than BYTES fail with
  * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can.
  */
 #include <errno.h>
@@ -583,11 +583,15 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 	struct emu_map *m;
 	void *p;
 
+	const char *lim = getenv("KVFS_CUDAEMU_PIN_LIMIT");
+
 	(void)flags;
 	if (!pHost)
 		return fail(cudaErrorInvalidValue);
 	if (emu_devices() <= 0)
 		return fail(cudaErrorNoDevice);
+	if (lim && size > strtoull(lim, NULL, 0))
+		return fail(cudaErrorMemoryAllocation);
 	if (posix_memalign(&p, 4096, size ? size : 1))
 		return fail(cudaErrorMemoryAllocation);
 	pthread_mutex_lock(&emu_lock);

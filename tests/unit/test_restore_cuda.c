@@ -678,6 +678,11 @@ static void test_placements(void **state)
 }
 #endif
 
+/* Defined only by the cudart stand-in (tests/gpu/cudaemu.c): whether this
+ * build runs on it, where KVFS_CUDAEMU_PIN_LIMIT can refuse pinning.
+ */
+bool kvfs_cudaemu_is_device(const void *p, size_t len) __attribute__((weak));
+
 /* The restorer's page-locked buffers: page-locked and 4096-aligned, a
  * buffer given back is handed out again, a larger request gets a larger
  * one, and more than the pool keeps at once still get buffers.  A
@@ -751,6 +756,22 @@ static void test_host_buffers(void **state)
 	assert_memory_equal(q, ref, len);
 	kvfs_restore_cuda_host_put(rc, p[0]);
 	kvfs_restore_cuda_host_put(rc, q);
+
+	/* The stand-in pins no more than KVFS_CUDAEMU_PIN_LIMIT at once, as
+	 * a low RLIMIT_MEMLOCK: a request beyond every kept buffer is
+	 * refused with -ENOMEM, and from then on none is pinned anew, while
+	 * kept buffers are still handed out.
+	 */
+	if (kvfs_cudaemu_is_device) {
+		setenv("KVFS_CUDAEMU_PIN_LIMIT", "4194304", 1);
+		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
+				 -ENOMEM);
+		unsetenv("KVFS_CUDAEMU_PIN_LIMIT");
+		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
+				 -ENOMEM);
+		assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q), 0);
+		kvfs_restore_cuda_host_put(rc, q);
+	}
 
 	free(ref);
 	free_block(&b);
