@@ -41,8 +41,9 @@
  * KVFS_CUDAEMU_DEVICES sets the device count (default 1; 0 emulates a
  * host without a GPU); CUDA_VISIBLE_DEVICES narrows it as it does the
  * runtime's ("-1": none).  KVFS_CUDAEMU_PIN_LIMIT=BYTES makes a
- * cudaHostRegister() or cudaHostAlloc() of more than BYTES fail with
- * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can.
+ * cudaHostRegister() of more than BYTES fail with
+ * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can;
+ * KVFS_CUDAEMU_ALLOC_LIMIT=BYTES does the same for cudaHostAlloc().
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -583,7 +584,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 	struct emu_map *m;
 	void *p;
 
-	const char *lim = getenv("KVFS_CUDAEMU_PIN_LIMIT");
+	const char *lim = getenv("KVFS_CUDAEMU_ALLOC_LIMIT");
 
 	(void)flags;
 	if (!pHost)

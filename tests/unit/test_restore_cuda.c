@@ -679,7 +679,7 @@ static void test_placements(void **state)
 #endif
 
 /* Defined only by the cudart stand-in (tests/gpu/cudaemu.c): whether this
- * build runs on it, where KVFS_CUDAEMU_PIN_LIMIT can refuse pinning.
+ * build runs on it, where KVFS_CUDAEMU_ALLOC_LIMIT can refuse pinning.
  */
 bool kvfs_cudaemu_is_device(const void *p, size_t len) __attribute__((weak));
 
@@ -757,16 +757,16 @@ static void test_host_buffers(void **state)
 	kvfs_restore_cuda_host_put(rc, p[0]);
 	kvfs_restore_cuda_host_put(rc, q);
 
-	/* The stand-in pins no more than KVFS_CUDAEMU_PIN_LIMIT at once, as
-	 * a low RLIMIT_MEMLOCK: a request beyond every kept buffer is
-	 * refused with -ENOMEM, and from then on none is pinned anew, while
-	 * kept buffers are still handed out.
+	/* The stand-in refuses a cudaHostAlloc() larger than
+	 * KVFS_CUDAEMU_ALLOC_LIMIT, as a low RLIMIT_MEMLOCK can: a request no
+	 * kept buffer can serve is refused with -ENOMEM, and from then on
+	 * none is pinned anew, while kept buffers are still handed out.
 	 */
 	if (kvfs_cudaemu_is_device) {
-		setenv("KVFS_CUDAEMU_PIN_LIMIT", "4194304", 1);
+		setenv("KVFS_CUDAEMU_ALLOC_LIMIT", "4194304", 1);
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
 				 -ENOMEM);
-		unsetenv("KVFS_CUDAEMU_PIN_LIMIT");
+		unsetenv("KVFS_CUDAEMU_ALLOC_LIMIT");
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
 				 -ENOMEM);
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q), 0);
