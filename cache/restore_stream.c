@@ -38,43 +38,35 @@ struct rs_ctx {
 };
 
 /*
- * Hidden layers [@l, @l + *@n) on the GPU as one run, where their slices
- * lie at even strides in the image and in @rs->dst (a MIXED image's do;
- * where they do not, one layer).  Sets *@n to the layers done.  Returns
- * 0, or the GPU's -errno after marking @rs->gpu_failed (logged): the
- * caller then projects those layers on the CPU, which rewrites whatever
- * the failed call left.
+ * Hidden layers [@l, @l + @n) on the GPU as one run.  The format lays
+ * out a split image's hidden layers, and a KV image's layers, one after
+ * the other at one stride each (meta/fmt.h), which is what a run of
+ * kvfs_restore_cuda_layers() reads and writes.  Returns 0, or the GPU's
+ * -errno after marking @rs->gpu_failed (logged): the caller then
+ * projects those layers on the CPU, which rewrites whatever the failed
+ * call left.
  */
-static int rs_gpu(struct rs_ctx *x, uint32_t l, uint32_t *n)
+static int rs_gpu(struct rs_ctx *x, uint32_t l, uint32_t n)
 {
 	struct kvfs_restore_stream *rs = x->rs;
 	const struct kvfs_geom *g = rs->g;
-	uint64_t so, sl, ko, kl, so2, sl2, ko2, kl2;
-	uint32_t k = 1;
+	uint64_t so, sl, ko, kl;
 	int rc;
 
 	if (kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l, &so, &sl) ||
 	    kvfs_fmt_layer_range(g, rs->n_tokens, 0, l, &ko, &kl))
 		return -EINVAL;
-	while (k < *n &&
-	       !kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l + k,
-				     &so2, &sl2) &&
-	       !kvfs_fmt_layer_range(g, rs->n_tokens, 0, l + k, &ko2, &kl2) &&
-	       so2 == so + k * sl && sl2 == sl && ko2 == ko + k * kl &&
-	       kl2 == kl)
-		k++;
-	*n = k;
-	rc = kvfs_restore_cuda_layers(rs->rc, l, k, rs->img + so, g->dtype,
+	rc = kvfs_restore_cuda_layers(rs->rc, l, n, rs->img + so, g->dtype,
 				      rs->start_pos, rs->n_tokens,
 				      g->chunk_tokens, rs->dst + ko, g->dtype,
 				      0);
 	if (rc) {
 		kvfs_warn("restore: the GPU failed on layers %u-%u (%s): this "
 			  "block's other layers are projected on the CPU",
-			  l, l + k - 1, strerror(-rc));
+			  l, l + n - 1, strerror(-rc));
 		rs->gpu_failed = true;
 	} else {
-		rs->gpu_layers += k;
+		rs->gpu_layers += n;
 	}
 	return rc;
 }
@@ -111,14 +103,16 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 			if (l < gpu_end) {
 				rc = 0;
 			} else if (rs->rc && !rs->gpu_failed) {
-				uint32_t n = (upto < rs->kv_from ? upto :
-								   rs->kv_from) -
-					     l;
+				uint32_t end = upto < rs->kv_from ? upto :
+								    rs->kv_from;
 
-				rc = rs_gpu(x, l, &n);
+				rc = rs_gpu(x, l, end - l);
 				if (!rc)
-					gpu_end = l + n;
+					gpu_end = end;
 			}
+			/* The CPU rewrites the whole layer slice, whatever
+			 * a failed GPU call left there.
+			 */
 			if (rc)
 				rc = kvfs_restore_layer(rs->rst, x->ws, l,
 							rs->img + so, g->dtype,

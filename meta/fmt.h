@@ -183,7 +183,9 @@ uint64_t kvfs_fmt_split_file_size(const struct kvfs_geom *g,
 				  uint32_t n_tokens, uint32_t kv_from);
 /* File range of layer @layer of a split block, and of its chunk @chunk
  * (K then V of the chunk, or its X rows).  Returns 0 or -EINVAL when out
- * of range.
+ * of range.  The hidden layers (below @kv_from) follow one another at one
+ * stride, their length, and the KV layers after them at theirs: a run of
+ * layers is one range (the GPU restore from the SSD relies on it).
  */
 int kvfs_fmt_layer_range(const struct kvfs_geom *g, uint32_t n_tokens,
 			 uint32_t kv_from, uint32_t layer, uint64_t *off,
