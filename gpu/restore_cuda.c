@@ -930,17 +930,6 @@ static int submit(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 
 	pthread_mutex_lock(&rc->lock);
 	ret = CUDA_TRY(cudaSetDevice(rc->device));
-	/* Host memory said to be pageable that is in fact page-locked (the
-	 * DRAM tier's pinned arena, a buffer of kvfs_restore_cuda_host_get())
-	 * is copied by the copy engine, without the staging buffers.
-	 */
-	if (!ret && !(q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)) &&
-	    kvfs_host_pinned(q->x, xlen))
-		p.flags |= KVFS_RC_HIDDEN_PINNED;
-	if (!ret && !(q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)) &&
-	    kvfs_host_pinned(q->kv, klen))
-		p.flags |= KVFS_RC_KV_PINNED;
-	q = &p;
 	if (!ret && (q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)))
 		ret = where_check(rc, q->x, xlen, kvfs_fmt_dtype_size(q->xdt),
 				  q->flags & KVFS_RC_HIDDEN_DEVICE,
@@ -948,6 +937,17 @@ static int submit(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 	if (!ret && (q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)))
 		ret = where_check(rc, q->kv, klen, kvfs_fmt_dtype_size(q->kdt),
 				  q->flags & KVFS_RC_KV_DEVICE, "KV payload");
+	/* Host memory said to be pageable that is in fact page-locked (the
+	 * DRAM tier's pinned arena, a buffer of kvfs_restore_cuda_host_get())
+	 * is copied by the copy engine, without the staging buffers.
+	 */
+	if (!(q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)) &&
+	    kvfs_host_pinned(q->x, xlen))
+		p.flags |= KVFS_RC_HIDDEN_PINNED;
+	if (!(q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)) &&
+	    kvfs_host_pinned(q->kv, klen))
+		p.flags |= KVFS_RC_KV_PINNED;
+	q = &p;
 	if (!ret)
 		ret = run(rc, q);
 	pthread_mutex_unlock(&rc->lock);
