@@ -41,9 +41,13 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "cache/cache.h"
 #include "hcache/restore.h"
 #include "gpu/restore_cuda.h"
+#include "meta/fmt.h"
 #include "meta/log.h"
+#include "meta/util.h"
+#include "tier/tier.h"
 #include "tests/unit/ckpt_ref_i.h"
 
 static bool on_gpu;
@@ -780,6 +784,117 @@ static void test_host_buffers(void **state)
 	free_model(&rm);
 }
 
+/*
+ * The daemon's restore from the SSD (kvfs_cache_restore_stream()) with a
+ * GPU restorer: a HIDDEN image on an in-memory SSD tier,
+ * pipelined (the layers in runs as they arrive) and read whole (one run
+ * of every layer), from and into heap memory and page-locked buffers,
+ * gives the KV file built from the GPU's whole-block restoration, byte
+ * for byte: the same kernels and GEMMs per layer, however the layers are
+ * grouped.  Every layer is projected on the GPU.
+ */
+static void test_stream_on_gpu(void **state)
+{
+	const uint16_t dt = KVFS_DTYPE_BF16;
+	const uint32_t n = 37, C = 16;
+	struct kvfs_restore_stream rs;
+	struct kvfs_restore_cuda *rc;
+	struct kvfs_restore *r;
+	struct kvfs_extent e;
+	struct kvfs_tier *ssd;
+	struct refmodel rm;
+	struct kvfs_geom g;
+	struct block b;
+	uint8_t root[16], parent[16], *full, *want, *hid, *heap[2];
+	void *pin[2] = { NULL, NULL };
+	uint64_t kvsz, hsz, po, al;
+	uint32_t tok[48], L;
+
+	NEED_GPU();
+	make_model(&rm, &ckpt_llama_gqa_bf16, 8);
+	L = rm.m.n_layers;
+	r = ckpt_load(&rm, "stream.safetensors", 0);
+	rc = gpu_init(r, 0);
+	make_block(&b, &rm, dt, n, C, 960);
+	full = gpu_block(rc, &rm, &b, dt);
+	g = (struct kvfs_geom){ .n_layers = L,
+				.n_kv_heads = rm.m.n_kv_heads,
+				.head_dim = rm.m.head_dim,
+				.hidden_size = rm.m.hidden_size,
+				.block_tokens = 48,
+				.chunk_tokens = C,
+				.dtype = dt };
+	for (int i = 0; i < 16; i++) {
+		root[i] = (uint8_t)(i + 1);
+		parent[i] = (uint8_t)(0xa0 + i);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = 5000 + i;
+	po = kvfs_fmt_payload_off(n);
+	kvsz = kvfs_fmt_file_size(&g, KVFS_KIND_KV, n);
+	hsz = kvfs_fmt_split_file_size(&g, n, L);
+	al = kvfs_util_align_up(hsz, 4096);
+	assert_int_equal(kvsz - po, kv_len(&rm, &b, dt));
+	want = malloc(kvsz);
+	hid = aligned_alloc(4096, al);
+	heap[0] = aligned_alloc(4096, al);
+	heap[1] = aligned_alloc(4096, kvsz);
+	assert_true(want && hid && heap[0] && heap[1]);
+	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, parent, 960, tok, n,
+					full, want, kvsz),
+			 0);
+	memset(hid, 0, al);
+	assert_int_equal(kvfs_fmt_build_split(&g, L, parent, 960, tok, n,
+					      b.hidden, hid, hsz),
+			 0);
+	assert_int_equal(kvfs_tier_ssd_init(NULL, 4096, 1u << 22, 1,
+					    KVFS_SSD_MEMORY, &ssd),
+			 0);
+	assert_int_equal(ssd->ops->alloc(ssd, al, &e), 0);
+	assert_int_equal(ssd->ops->write(ssd, &e, 0, hid, al), 0);
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, al, &pin[0]), 0);
+	assert_int_equal(kvfs_restore_cuda_host_get(rc, kvsz, &pin[1]), 0);
+
+	for (int locked = 0; locked < 2; locked++) {
+		for (int whole = 0; whole < 2; whole++) {
+			memset(&rs, 0, sizeof(rs));
+			rs.ssd = ssd;
+			rs.ext = &e;
+			rs.g = &g;
+			rs.rst = r;
+			rs.rc = rc;
+			rs.n_tokens = n;
+			rs.kv_from = L;
+			rs.start_pos = 960;
+			rs.hdr_crc = kvfs_util_get32(hid + 84);
+			rs.key = hid + 64;
+			rs.root = root;
+			rs.img = locked ? pin[0] : heap[0];
+			rs.dst = locked ? pin[1] : heap[1];
+			rs.dst_len = kvsz;
+			rs.flags = whole ? KVFS_RS_WHOLE : 0;
+			memset(rs.dst, 0x77, kvsz);
+			assert_int_equal(kvfs_cache_restore_stream(&rs), 0);
+			assert_false(rs.gpu_failed);
+			assert_int_equal(rs.gpu_layers, L);
+			assert_memory_equal(rs.dst, want, kvsz);
+		}
+	}
+
+	kvfs_restore_cuda_host_put(rc, pin[0]);
+	kvfs_restore_cuda_host_put(rc, pin[1]);
+	kvfs_tier_free(ssd);
+	free(want);
+	free(hid);
+	free(heap[0]);
+	free(heap[1]);
+	free(full);
+	free_block(&b);
+	kvfs_restore_cuda_free(rc);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
+
 static void test_bad_requests(void **state)
 {
 	struct kvfs_restore_cuda *rc = NULL;
@@ -938,6 +1053,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_layer_api),
 		cmocka_unit_test(test_placements),
 		cmocka_unit_test(test_host_buffers),
+		cmocka_unit_test(test_stream_on_gpu),
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_profile),
