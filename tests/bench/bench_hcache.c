@@ -587,7 +587,8 @@ static int fig_block_stream(struct model *md, struct blk *b,
 	struct kvfs_tier *ssd = NULL;
 	struct kvfs_restore_stream rs;
 	uint8_t root[16], parent[16], hdr[KVFS_FMT_HDR_SIZE];
-	uint8_t *img = aligned_alloc(4096, al), *dst = aligned_alloc(4096, ks);
+	uint8_t *img = aligned_alloc(4096, al);
+	uint8_t *dst = aligned_alloc(4096, (ks + 4095) / 4096 * 4096);
 	uint32_t tok[BLOCK_TOKENS];
 	char path[4096];
 	bool ok = false;

@@ -838,7 +838,7 @@ static void test_stream_on_gpu(void **state)
 	want = malloc(kvsz);
 	hid = aligned_alloc(4096, al);
 	heap[0] = aligned_alloc(4096, al);
-	heap[1] = aligned_alloc(4096, kvsz);
+	heap[1] = aligned_alloc(4096, kvfs_util_align_up(kvsz, 4096));
 	assert_true(want && hid && heap[0] && heap[1]);
 	assert_int_equal(kvfs_fmt_build(&g, KVFS_KIND_KV, parent, 960, tok, n,
 					full, want, kvsz),
