@@ -337,6 +337,24 @@ int kvfs_client_stats(struct kvfs_client *c, const char *ns,
 
 /* ------------------------------------------------- shm peer and sync word */
 
+/*
+ * Each object below is write-locked (an OFD lock on the descriptor the
+ * struct keeps) by the process that made it, until its release.  Making
+ * one first calls kvfs_client_shm_sweep() for its kind, so the objects a
+ * killed engine left in /dev/shm are freed by the next engine that makes
+ * one.
+ */
+
+/*
+ * kvfs_client_shm_sweep() - remove the shm objects "/kvfs-@what-<pid>-<n>"
+ * (@what "peer" or "sync") whose process is gone: kill(pid, 0) says
+ * ESRCH and the object's lock can be taken.  Another user's objects
+ * cannot be opened and stay.  Returns the number removed (each logged at
+ * info), -EINVAL for a @what too long, or -errno when /dev/shm cannot be
+ * read.  No lock of libkvfs's; safe from any thread.
+ */
+int kvfs_client_shm_sweep(const char *what);
+
 /* A POSIX shm region of the caller's, for FETCH_INTO and SAVE. */
 struct kvfs_client_peer {
 	struct kvfs_ctl_mem mem;        /* what requests carry */

@@ -5,10 +5,23 @@
  * word is the counter the daemon raises layer by layer and wakes with a
  * shared futex.  Both are POSIX shm objects the daemon opens by name, so
  * their names are fresh and exclusive, and they are unlinked on release.
+ *
+ * A process that dies without releasing them (killed, crashed) would
+ * leave them in /dev/shm, memory nobody frees, as large as the engine's
+ * buffers.  So each object is write-locked (an open file description
+ * lock) by its creator for as long as it holds it, and every creation
+ * first removes the objects of this kind whose lock anyone may take and
+ * whose creator, named in the object's name, is gone.  The lock is what
+ * says a holder is alive across PID namespaces; the PID check keeps an
+ * object of an older libkvfs, which took no lock, while its process
+ * lives.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,6 +48,83 @@ static int bad(const char *what)
 	return -EINVAL;
 }
 
+/* Write-lock the whole of @fd's object, without waiting (an OFD lock:
+ * held by this open file description until it is closed, whichever
+ * thread or process closes it last).  0 or -errno (-EAGAIN: held).
+ */
+static int shm_lock(int fd)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+	return fcntl(fd, F_OFD_SETLK, &fl) ? -errno : 0;
+}
+
+/* "<pid>-<seq>" after "kvfs-<what>-": the pid, or 0 for another name. */
+static long shm_owner(const char *rest)
+{
+	char *end;
+	long pid;
+
+	if (*rest < '1' || *rest > '9')
+		return 0;
+	pid = strtol(rest, &end, 10);
+	if (pid <= 0 || *end != '-' || end[1] < '0' || end[1] > '9')
+		return 0;
+	/* the sequence number, digits to the end */
+	end += strspn(end + 1, "0123456789") + 1;
+	return *end ? 0 : pid;
+}
+
+/*
+ * kvfs_client_shm_sweep() - remove the objects "/kvfs-<what>-<pid>-<seq>"
+ * that a process which is gone left behind: its pid names no process
+ * (ESRCH) and nothing holds the object's lock.  Objects of other users
+ * cannot be opened and are left alone.  Returns how many were removed
+ * (each logged), or -errno when /dev/shm cannot be read.
+ */
+int kvfs_client_shm_sweep(const char *what)
+{
+	char prefix[32], path[KVFS_CTL_NAME_MAX + 1];
+	size_t plen;
+	struct dirent *d;
+	int removed = 0;
+	DIR *dir;
+
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "kvfs-%s-", what);
+	if (plen >= sizeof(prefix))
+		return -EINVAL;
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return -errno;
+	while ((d = readdir(dir))) {
+		long pid;
+		int fd;
+
+		if (strncmp(d->d_name, prefix, plen))
+			continue;
+		pid = shm_owner(d->d_name + plen);
+		/* EPERM: alive, someone else's. */
+		if (!pid || pid == (long)getpid() || !kill((pid_t)pid, 0) ||
+		    errno != ESRCH)
+			continue;
+		if (snprintf(path, sizeof(path), "/%s", d->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		/* Held: its creator lives in another PID namespace. */
+		if (!shm_lock(fd) && !shm_unlink(path)) {
+			kvfs_info("libkvfs: removed %s, left by process %ld, "
+				  "which is gone", path, pid);
+			removed++;
+		}
+		close(fd);
+	}
+	closedir(dir);
+	return removed;
+}
+
 /* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes and
  * map it shared, read-write: its name in @name, the descriptor in *@fd_out
  * and the mapping in *@base.  0, or -errno (logged) with nothing left
@@ -47,6 +137,7 @@ static int shm_create(const char *what, uint64_t size,
 	int fd = -1, rc;
 	void *m;
 
+	(void)kvfs_client_shm_sweep(what);
 	for (int i = 0; i < SHM_TRIES && fd < 0; i++) {
 		snprintf(name, KVFS_CTL_NAME_MAX, "/kvfs-%s-%ld-%u", what,
 			 (long)getpid(), atomic_fetch_add(&shm_seq, 1));
@@ -60,6 +151,10 @@ static int shm_create(const char *what, uint64_t size,
 		kvfs_err("libkvfs: create shm %s: %s", name, strerror(errno));
 		return rc;
 	}
+	/* Without the lock (a kernel without OFD locks) the object is still
+	 * safe from sweeps while this process lives, by its pid.
+	 */
+	(void)shm_lock(fd);
 	if (ftruncate(fd, (off_t)size))
 		goto out_unlink;
 	step = "map";

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -1007,6 +1008,102 @@ static void test_peer_and_sync_objects(void **state)
 	kvfs_client_sync_release(&s);
 }
 
+static bool shm_exists(const char *name)
+{
+	char path[KVFS_CTL_NAME_MAX + 16];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	return stat(path, &st) == 0;
+}
+
+/*
+ * A process that dies holding a peer and a sync word leaves both in
+ * /dev/shm; the next peer, then the next sync word, made here removes
+ * them.  A live process's peer stays, and so does an object named after
+ * the dead process that a live one holds locked (its creator in another
+ * PID namespace), until that one exits too.
+ */
+static void test_shm_left_by_dead_process(void **state)
+{
+	char dead_peer[KVFS_CTL_NAME_MAX], dead_sync[KVFS_CTL_NAME_MAX];
+	char live_peer[KVFS_CTL_NAME_MAX], held[KVFS_CTL_NAME_MAX];
+	struct kvfs_client_peer p;
+	struct kvfs_client_sync s;
+	int out[2], go[2], status;
+	pid_t dead, live;
+	char c = 0;
+
+	(void)state;
+	assert_int_equal(pipe(out), 0);
+	dead = fork();
+	assert_true(dead >= 0);
+	if (!dead) {
+		/* made, then never released: as if killed */
+		if (kvfs_client_peer_init(&p, 4096) ||
+		    kvfs_client_sync_init(&s) ||
+		    write(out[1], p.mem.shm_name, KVFS_CTL_NAME_MAX) !=
+			    KVFS_CTL_NAME_MAX ||
+		    write(out[1], s.desc.shm_name, KVFS_CTL_NAME_MAX) !=
+			    KVFS_CTL_NAME_MAX)
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(read(out[0], dead_peer, sizeof(dead_peer)),
+			 sizeof(dead_peer));
+	assert_int_equal(read(out[0], dead_sync, sizeof(dead_sync)),
+			 sizeof(dead_sync));
+	assert_int_equal(waitpid(dead, &status, 0), dead);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(shm_exists(dead_peer) && shm_exists(dead_sync));
+
+	snprintf(held, sizeof(held), "/kvfs-peer-%ld-77", (long)dead);
+	assert_int_equal(pipe(go), 0);
+	live = fork();
+	assert_true(live >= 0);
+	if (!live) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		int fd = shm_open(held, O_RDWR | O_CREAT | O_EXCL, 0600);
+
+		if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) ||
+		    kvfs_client_peer_init(&p, 4096) ||
+		    write(out[1], p.mem.shm_name, KVFS_CTL_NAME_MAX) !=
+			    KVFS_CTL_NAME_MAX ||
+		    read(go[0], &c, 1) != 1)
+			_exit(1);
+		kvfs_client_peer_release(&p);
+		_exit(0);
+	}
+	assert_int_equal(read(out[0], live_peer, sizeof(live_peer)),
+			 sizeof(live_peer));
+
+	assert_int_equal(kvfs_client_peer_init(&p, 4096), 0);
+	assert_false(shm_exists(dead_peer));
+	assert_true(shm_exists(dead_sync)); /* another kind */
+	assert_true(shm_exists(live_peer));
+	assert_true(shm_exists(held));
+	assert_int_equal(kvfs_client_sync_init(&s), 0);
+	assert_false(shm_exists(dead_sync));
+
+	assert_int_equal(write(go[1], &c, 1), 1);
+	assert_int_equal(waitpid(live, &status, 0), live);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_false(shm_exists(live_peer));
+	assert_true(shm_exists(held));
+	/* its holder gone, the held one goes with the next sweep */
+	assert_true(kvfs_client_shm_sweep("peer") >= 1);
+	assert_false(shm_exists(held));
+	assert_int_equal(kvfs_client_shm_sweep("a-kind-far-too-long-for-a-name"),
+			 -EINVAL);
+
+	kvfs_client_peer_release(&p);
+	kvfs_client_sync_release(&s);
+	close(out[0]);
+	close(out[1]);
+	close(go[0]);
+	close(go[1]);
+}
+
 static void test_wait_layer_values(void **state)
 {
 	struct kvfs_client_sync s;
@@ -1220,6 +1317,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_save, fx_setup,
 						fx_teardown),
 		cmocka_unit_test(test_peer_and_sync_objects),
+		cmocka_unit_test(test_shm_left_by_dead_process),
 		cmocka_unit_test(test_wait_layer_values),
 		cmocka_unit_test_setup_teardown(test_fetch_into_per_layer,
 						fx_setup, fx_teardown),
