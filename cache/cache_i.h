@@ -748,6 +748,18 @@ enum kvfs_load_mode {
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len);
 /*
+ * kvfs_block_read_ssd() - read @b's stored image from the SSD into @buf
+ *   (@cap bytes, 4096-aligned: the caller's, e.g. page-locked memory for
+ *   the GPU restorer) and verify it against its record, as
+ *   KVFS_LOAD_PRIV does into a buffer of its own.  The image is
+ *   b->ssize bytes; the read fills the whole extent.  0; -EINVAL (@buf
+ *   misaligned, or @cap under the extent's length), -EIO (no SSD copy,
+ *   or the read failed), -EBADMSG (logged).  Caller holds b->io_lock and
+ *   keeps @b from being freed.
+ */
+int kvfs_block_read_ssd(struct kvfs_cache *c, struct kvfs_block *b,
+			void *buf, uint64_t cap);
+/*
  * kvfs_block_verify_ssd() - check @buf, @b's stored image as read back
  *   from its SSD extent: every format check (kvfs_fmt_validate(), both
  *   CRCs) and the header CRC equal to the record's.  0, or -EBADMSG

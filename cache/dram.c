@@ -214,10 +214,40 @@ int kvfs_block_publish_dram(struct kvfs_cache *c, struct kvfs_block *b,
 	return 0;
 }
 
+/* Read the SSD copy @sx of @b into @buf and verify it; a hit of the SSD
+ * tier.  0 or -errno (-EBADMSG logged).
+ */
+static int block_read_ssd(struct kvfs_cache *c, struct kvfs_block *b,
+			  const struct kvfs_extent *sx, void *buf)
+{
+	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
+	int rc;
+
+	rc = ssd->ops->read(ssd, sx, 0, buf, sx->len);
+	if (!rc)
+		rc = kvfs_block_verify_ssd(c, b, buf);
+	if (!rc)
+		atomic_fetch_add(&ssd->st.hits, 1);
+	return rc;
+}
+
+int kvfs_block_read_ssd(struct kvfs_cache *c, struct kvfs_block *b,
+			void *buf, uint64_t cap)
+{
+	struct kvfs_extent sx;
+	int rc;
+
+	rc = kvfs_block_ssd_get(b, &sx);
+	if (rc)
+		return rc;
+	if (cap < sx.len || (uintptr_t)buf % KVFS_FMT_ALIGN)
+		return -EINVAL;
+	return block_read_ssd(c, b, &sx, buf);
+}
+
 int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		    void **priv, uint64_t *priv_len)
 {
-	struct kvfs_tier *ssd = c->tier[KVFS_TIER_SSD];
 	struct kvfs_tier *dram = c->tier[KVFS_TIER_DRAM];
 	struct kvfs_extent ext = { 0 }, sx;
 	bool admit = true;
@@ -241,12 +271,9 @@ int kvfs_block_load(struct kvfs_cache *c, struct kvfs_block *b, int mode,
 		buf = ext.ptr;
 	else if (posix_memalign(&buf, KVFS_FMT_ALIGN, sx.len))
 		return -ENOMEM;
-	rc = ssd->ops->read(ssd, &sx, 0, buf, sx.len);
-	if (!rc)
-		rc = kvfs_block_verify_ssd(c, b, buf);
+	rc = block_read_ssd(c, b, &sx, buf);
 	if (rc)
 		goto out_free;
-	atomic_fetch_add(&ssd->st.hits, 1);
 	if (!ext.ptr) {
 		*priv = buf;
 		*priv_len = sx.len;

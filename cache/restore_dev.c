@@ -121,7 +121,8 @@ int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
 	struct kvfs_hc_ns *hc = &ns->hc;
 	char hex[KVFS_KEY_HEX_LEN + 1];
 	uint64_t t0 = kvfs_util_now_mono(), priv_len = 0;
-	void *priv = NULL;
+	struct kvfs_extent sx;
+	void *priv = NULL, *pin = NULL;
 	struct kvfs_rpool_src s;
 	int rc;
 
@@ -144,21 +145,30 @@ int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
 	rc = kvfs_rpool_src_get(b, &s);
 	if (rc == -ENOENT) {
 		/* Only on the SSD: a private, verified copy of the stored
-		 * image, which never takes DRAM room.
+		 * image, which never takes DRAM room; in page-locked memory
+		 * when the GPU restores it, which then reads it without a
+		 * CPU copy.
 		 */
 		pthread_mutex_lock(&b->io_lock);
-		rc = kvfs_block_load(c, b, KVFS_LOAD_PRIV, &priv, &priv_len);
+		if (hc->dev == KVFS_HC_DEV_GPU &&
+		    !kvfs_block_ssd_get(b, &sx) &&
+		    !kvfs_restore_cuda_host_get(hc->rc, sx.len, &pin)) {
+			rc = kvfs_block_read_ssd(c, b, pin, sx.len);
+		} else {
+			rc = kvfs_block_load(c, b, KVFS_LOAD_PRIV, &priv,
+					     &priv_len);
+		}
 		pthread_mutex_unlock(&b->io_lock);
 		if (rc)
 			goto out_close;
-		s = (struct kvfs_rpool_src){ .p = priv, .len = b->ssize };
+		s = (struct kvfs_rpool_src){ .p = pin ? pin : priv,
+					     .len = b->ssize };
 	} else if (rc) {
 		goto out_close; /* 1: the DRAM copy is the KV image */
 	}
 	rc = hc->dev == KVFS_HC_DEV_GPU ? dev_gpu(c, b, &s, e) :
 					  dev_cpu(c, b, &s, e);
 	kvfs_rpool_src_put(b, &s);
-	free(priv);
 	if (!rc) {
 		*nocrc = hc->dev == KVFS_HC_DEV_GPU;
 		atomic_fetch_add(&c->st_restores, 1);
@@ -169,6 +179,8 @@ int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
 		atomic_fetch_add(&c->st_restore_ns, kvfs_util_now_mono() - t0);
 	}
 out_close:
+	kvfs_restore_cuda_host_put(hc->rc, pin);
+	free(priv);
 	if (rc < 0 && rc != -ENOENT && rc != -EBADMSG) {
 		kvfs_fmt_key_hex(b->pn.key, hex);
 		kvfs_err("ns %s: restoring block %s.kv into the device pool "
