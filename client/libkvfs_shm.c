@@ -16,11 +16,9 @@
  * object of an older libkvfs, which took no lock, while its process
  * lives.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -75,54 +73,35 @@ static long shm_owner(const char *rest)
 	return *end ? 0 : pid;
 }
 
-/*
- * kvfs_client_shm_sweep() - remove the objects "/kvfs-<what>-<pid>-<seq>"
- * that a process which is gone left behind: its pid names no process
- * (ESRCH) and nothing holds the object's lock.  Objects of other users
- * cannot be opened and are left alone.  Returns how many were removed
- * (each logged), or -errno when /dev/shm cannot be read.
+/* An orphan of a dead creator, unless its lock is held (its creator
+ * lives in another PID namespace): removed, and said so.
  */
+static bool shm_remove(const char *path, long pid, void *arg)
+{
+	bool gone = false;
+	int fd;
+
+	(void)arg;
+	fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false; /* another user's, or removed meanwhile */
+	if (!shm_lock(fd) && !shm_unlink(path)) {
+		kvfs_info("libkvfs: removed %s, left by process %ld, which is "
+			  "gone", path, pid);
+		gone = true;
+	}
+	close(fd);
+	return gone;
+}
+
 int kvfs_client_shm_sweep(const char *what)
 {
-	char prefix[32], path[KVFS_CTL_NAME_MAX + 1];
-	size_t plen;
-	struct dirent *d;
-	int removed = 0;
-	DIR *dir;
+	char prefix[32];
 
-	plen = (size_t)snprintf(prefix, sizeof(prefix), "kvfs-%s-", what);
-	if (plen >= sizeof(prefix))
+	if ((size_t)snprintf(prefix, sizeof(prefix), "kvfs-%s-", what) >=
+	    sizeof(prefix))
 		return -EINVAL;
-	dir = opendir("/dev/shm");
-	if (!dir)
-		return -errno;
-	while ((d = readdir(dir))) {
-		long pid;
-		int fd;
-
-		if (strncmp(d->d_name, prefix, plen))
-			continue;
-		pid = shm_owner(d->d_name + plen);
-		/* EPERM: alive, someone else's. */
-		if (!pid || pid == (long)getpid() || !kill((pid_t)pid, 0) ||
-		    errno != ESRCH)
-			continue;
-		if (snprintf(path, sizeof(path), "/%s", d->d_name) >=
-		    (int)sizeof(path))
-			continue;
-		fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		/* Held: its creator lives in another PID namespace. */
-		if (!shm_lock(fd) && !shm_unlink(path)) {
-			kvfs_info("libkvfs: removed %s, left by process %ld, "
-				  "which is gone", path, pid);
-			removed++;
-		}
-		close(fd);
-	}
-	closedir(dir);
-	return removed;
+	return kvfs_util_shm_orphans(prefix, shm_owner, shm_remove, NULL);
 }
 
 /* Create a fresh shm object "/kvfs-<what>-<pid>-<seq>" of @size bytes and

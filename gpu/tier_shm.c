@@ -19,12 +19,9 @@
  * already there does not pay for allocating and zeroing them again,
  * which made a FETCH several times slower (docs/benchmarks.md, [6]).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +36,7 @@
 #include "gpu/gpu_i.h"
 #include "meta/guard.h"
 #include "meta/log.h"
+#include "meta/util.h"
 
 /* Names tried for a KVFS_GPU_PRIVATE pool before giving up. */
 #define SHM_NAME_TRIES 64
@@ -635,41 +633,24 @@ static long sweep_pid(const char *rest)
 	return pid > 0 && !strncmp(end, "-pool", 5) ? pid : 0;
 }
 
+/* A pool of a dead daemon: removed, and said so. */
+static bool sweep_remove(const char *path, long pid, void *arg)
+{
+	(void)arg;
+	if (shm_unlink(path)) {
+		kvfs_warn("shm: remove %s, left by daemon %ld, which is gone: "
+			  "%s", path, pid, strerror(errno));
+		return false;
+	}
+	kvfs_info("shm: removed %s, left by daemon %ld, which is gone", path,
+		  pid);
+	return true;
+}
+
 int kvfs_gpu_shm_sweep(const char *prefix)
 {
-	size_t plen = prefix && prefix[0] == '/' ? strlen(prefix) - 1 : 0;
-	char path[KVFS_CTL_NAME_MAX + 1];
-	struct dirent *d;
-	int removed = 0;
-	DIR *dir;
-
-	if (!plen)
+	if (!prefix || prefix[0] != '/' || !prefix[1])
 		return -EINVAL;
-	dir = opendir("/dev/shm");
-	if (!dir)
-		return -errno;
-	while ((d = readdir(dir))) {
-		long pid;
-
-		if (strncmp(d->d_name, prefix + 1, plen))
-			continue;
-		pid = sweep_pid(d->d_name + plen);
-		/* EPERM: alive, someone else's. */
-		if (!pid || pid == (long)getpid() || !kill((pid_t)pid, 0) ||
-		    errno != ESRCH)
-			continue;
-		if (snprintf(path, sizeof(path), "/%s", d->d_name) >=
-		    (int)sizeof(path))
-			continue;
-		if (shm_unlink(path)) {
-			kvfs_warn("shm: remove %s, left by daemon %ld, which "
-				  "is gone: %s", path, pid, strerror(errno));
-			continue;
-		}
-		kvfs_info("shm: removed %s, left by daemon %ld, which is gone",
-			  path, pid);
-		removed++;
-	}
-	closedir(dir);
-	return removed;
+	return kvfs_util_shm_orphans(prefix + 1, sweep_pid, sweep_remove,
+				     NULL);
 }

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <ctype.h>
+#include <dirent.h>
+#include <limits.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,4 +152,35 @@ int kvfs_util_read_full(int fd, void *buf, uint64_t len, int64_t off)
 			off += n;
 	}
 	return 0;
+}
+
+int kvfs_util_shm_orphans(const char *prefix, long (*owner)(const char *rest),
+			  bool (*fn)(const char *path, long pid, void *arg),
+			  void *arg)
+{
+	size_t plen = strlen(prefix);
+	char path[NAME_MAX + 2];
+	struct dirent *d;
+	int n = 0;
+	DIR *dir;
+
+	dir = opendir("/dev/shm");
+	if (!dir)
+		return -errno;
+	while ((d = readdir(dir))) {
+		long pid;
+
+		if (strncmp(d->d_name, prefix, plen))
+			continue;
+		pid = owner(d->d_name + plen);
+		/* EPERM: alive, someone else's. */
+		if (!pid || pid == (long)getpid() || !kill((pid_t)pid, 0) ||
+		    errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "/%s", d->d_name);
+		if (fn(path, pid, arg))
+			n++;
+	}
+	closedir(dir);
+	return n;
 }

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Small helpers shared by every module: sizes, clocks, alignment.
- * Pure functions; thread-safe.
+ * Small helpers shared by every module: sizes, clocks, alignment, the
+ * shm objects dead processes left.  Thread-safe.
  */
 #ifndef KVFS_META_UTIL_H
 #define KVFS_META_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -41,6 +42,20 @@ uint64_t kvfs_util_now_real(void);
  */
 int kvfs_util_write_full(int fd, const void *buf, uint64_t len, int64_t off);
 int kvfs_util_read_full(int fd, void *buf, uint64_t len, int64_t off);
+
+/*
+ * kvfs_util_shm_orphans() - the POSIX shm objects a process that is gone
+ *   left behind.  For each entry of /dev/shm named @prefix (no leading
+ *   '/') then a rest from which @owner reads the creator's pid (0: not
+ *   one of ours), whose pid names no process (kill(pid, 0) says ESRCH;
+ *   never this process's), calls @fn with its shm path ("/name", for
+ *   shm_unlink()), the pid and @arg.  @fn decides and does the removal.
+ *   Returns the number of calls that returned true, or -errno when
+ *   /dev/shm cannot be read.  No lock.
+ */
+int kvfs_util_shm_orphans(const char *prefix, long (*owner)(const char *rest),
+			  bool (*fn)(const char *path, long pid, void *arg),
+			  void *arg);
 
 /* Little-endian stores and loads: on-disk formats never depend on the
  * host's byte order.
