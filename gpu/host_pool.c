@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cuda_runtime_api.h>
 
@@ -22,32 +23,44 @@ int kvfs_host_pool_init(struct kvfs_host_pool *hp)
 	return -pthread_mutex_init(&hp->lock, NULL);
 }
 
-void kvfs_host_pool_release(struct kvfs_host_pool *hp)
-{
-	for (int i = 0; i < HOST_POOL_KEEP; i++)
-		if (hp->buf[i].p)
-			cudaFreeHost(hp->buf[i].p);
-	pthread_mutex_destroy(&hp->lock);
-}
-
-/* A new page-locked buffer of @len bytes (a multiple of 1 MiB). */
+/*
+ * A new page-locked buffer of @len bytes (a multiple of 1 MiB), 4096-aligned
+ * for O_DIRECT.  Allocated here and then registered: the runtime's
+ * cudaHostAlloc() sub-allocates small requests and gave an H200's 1 MiB
+ * buffers 256-byte alignment only, so it cannot promise what O_DIRECT
+ * needs.
+ */
 static int host_alloc(uint64_t len, void **buf)
 {
-	void *p = NULL;
+	void *p;
 	int ret;
 
-	ret = CUDA_TRY(cudaHostAlloc(&p, len, cudaHostAllocPortable));
-	if (ret)
+	if (len > SIZE_MAX || !(p = aligned_alloc(4096, (size_t)len)))
+		return -ENOMEM;
+	ret = CUDA_TRY(cudaHostRegister(p, (size_t)len,
+					cudaHostRegisterPortable));
+	if (ret) {
+		free(p);
 		return ret;
-	/* O_DIRECT reads land in it; the runtime aligns to pages anyway. */
-	if ((uintptr_t)p % 4096) {
-		kvfs_err("restore cuda: cudaHostAlloc gave an address not "
-			 "aligned to 4096 bytes");
-		cudaFreeHost(p);
-		return -EIO;
 	}
 	*buf = p;
 	return 0;
+}
+
+/* Unpin and free a buffer of host_alloc(). */
+static void host_free(void *p)
+{
+	if (!p)
+		return;
+	(void)CUDA_TRY(cudaHostUnregister(p));
+	free(p);
+}
+
+void kvfs_host_pool_release(struct kvfs_host_pool *hp)
+{
+	for (int i = 0; i < HOST_POOL_KEEP; i++)
+		host_free(hp->buf[i].p);
+	pthread_mutex_destroy(&hp->lock);
 }
 
 int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
@@ -85,8 +98,7 @@ int kvfs_host_pool_get(struct kvfs_host_pool *hp, uint64_t len, void **buf)
 		hp->buf[slot] = (typeof(hp->buf[slot])){ .out = true };
 	}
 	pthread_mutex_unlock(&hp->lock);
-	if (old)
-		cudaFreeHost(old);
+	host_free(old);
 	ret = host_alloc(want, buf);
 	if (ret == -ENOMEM)
 		kvfs_warn("restore cuda: no more page-locked host memory for "
@@ -122,7 +134,7 @@ void kvfs_host_pool_put(struct kvfs_host_pool *hp, void *buf)
 		}
 	}
 	pthread_mutex_unlock(&hp->lock);
-	cudaFreeHost(buf);
+	host_free(buf);
 }
 
 bool kvfs_host_pinned(const void *p, uint64_t len)

@@ -10,7 +10,7 @@
  * host and device, so where a caller can read the stored image into, or
  * build the KV image in, page-locked memory it saves those copies.
  *
- * Pinning is slow (cudaHostAlloc touches and locks every page), so the
+ * Pinning is slow (cudaHostRegister touches and locks every page), so the
  * pool keeps up to HOST_POOL_KEEP buffers that were given back and hands
  * them out again.  A request when every kept buffer is out gets a buffer
  * of its own, freed when it is given back.
@@ -55,9 +55,10 @@ void kvfs_host_pool_release(struct kvfs_host_pool *hp);
 /*
  * kvfs_host_pool_get() - a page-locked buffer of at least @len bytes,
  * 4096-aligned (O_DIRECT reads may land in it), in *@buf: a kept buffer
- * that is large enough, else a new one (cudaHostAlloc, portable,
- * rounded up to 1 MiB) kept in a free or too small slot, else one of
- * its own.  Its contents are undefined.
+ * that is large enough, else a new one (aligned_alloc() then
+ * cudaHostRegister(), portable, rounded up to 1 MiB: cudaHostAlloc()
+ * does not promise 4096-byte alignment) kept in a free or too small
+ * slot, else one of its own.  Its contents are undefined.
  * Returns 0; -EINVAL (NULL, @len 0); -ENOMEM (the driver cannot pin more:
  * the caller goes on with pageable memory; logged the first time, and
  * from then on no buffer is pinned anew) or -EIO (logged).

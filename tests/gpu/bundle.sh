@@ -176,7 +176,7 @@ for t in ./test_*; do
 	[ -x "$t" ] || continue
 	name=$(basename "$t")
 	echo "=== $name (KVFS_TEST_GPU=${KVFS_TEST_GPU:-})"
-	out=$("$t" 2>&1)
+	out=$(KVFS_TEST_SHOW_LOG=1 "$t" 2>&1)
 	rc=$?
 	printf '%s\n' "$out"
 	p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -n1)

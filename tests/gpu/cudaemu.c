@@ -42,8 +42,10 @@
  * host without a GPU); CUDA_VISIBLE_DEVICES narrows it as it does the
  * runtime's ("-1": none).  KVFS_CUDAEMU_PIN_LIMIT=BYTES makes a
  * cudaHostRegister() of more than BYTES fail with
- * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can;
- * KVFS_CUDAEMU_ALLOC_LIMIT=BYTES does the same for cudaHostAlloc().
+ * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can.
+ * cudaHostAlloc() gives memory 256 bytes past a page boundary: the
+ * runtime sub-allocates small pinned requests (an H200 gave 1 MiB ones
+ * 256-byte alignment), so code must not count on pages.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +87,9 @@ enum emu_map_kind {
 };
 
 /* An allocation the runtime knows about. */
+/* How far past a page boundary cudaHostAlloc() memory starts. */
+#define EMU_HOST_SKEW 256
+
 struct emu_map {
 	uint8_t *base;
 	size_t size;
@@ -563,7 +568,7 @@ static cudaError_t unmap(void *p, enum emu_map_kind kind)
 	pthread_mutex_unlock(&emu_lock);
 	pthread_mutex_unlock(&emu_exec);
 	if (kind == MAP_PINNED) {
-		free(copy.base);
+		free(copy.base - EMU_HOST_SKEW);
 		return cudaSuccess;
 	}
 	munmap(copy.base, copy.size);
@@ -584,17 +589,14 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 	struct emu_map *m;
 	void *p;
 
-	const char *lim = getenv("KVFS_CUDAEMU_ALLOC_LIMIT");
-
 	(void)flags;
 	if (!pHost)
 		return fail(cudaErrorInvalidValue);
 	if (emu_devices() <= 0)
 		return fail(cudaErrorNoDevice);
-	if (lim && size > strtoull(lim, NULL, 0))
+	if (posix_memalign(&p, 4096, EMU_HOST_SKEW + (size ? size : 1)))
 		return fail(cudaErrorMemoryAllocation);
-	if (posix_memalign(&p, 4096, size ? size : 1))
-		return fail(cudaErrorMemoryAllocation);
+	p = (uint8_t *)p + EMU_HOST_SKEW;
 	pthread_mutex_lock(&emu_lock);
 	m = add_map();
 	if (m)
@@ -603,7 +605,7 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 				       .kind = MAP_PINNED, .live = true };
 	pthread_mutex_unlock(&emu_lock);
 	if (!m) {
-		free(p);
+		free((uint8_t *)p - EMU_HOST_SKEW);
 		return fail(cudaErrorMemoryAllocation);
 	}
 	*pHost = p;

@@ -87,6 +87,9 @@ else
 fi
 
 write_conf llama_f32.safetensors
+# The log so far holds the refusals above; what follows must add no
+# error from the GPU restorer.
+log_from=$(($(wc -l <"$STORE/kvfs.log") + 1))
 t_check "remount: every block on the SSD only" kvfs_mount
 blk=$(ls "$MNT/lf32" | head -n1)
 t_check "a hidden block reports ssd only" test "$(getfattr --absolute-names --only-values -n user.kvfs.tier "$MNT/lf32/$blk")" = ssd
@@ -94,6 +97,8 @@ t_cmocka concurrent "$CLIENT" concurrent "$MNT"
 t_cmocka check-ssd "$CLIENT" check "$MNT"
 t_cmocka stats "$CLIENT" stats "$MNT"
 t_check "no checksum failures" sh -c "! grep -q 'fails verification' '$STORE/kvfs.log'"
+t_check "the GPU restorer logged no error" \
+	sh -c "! tail -n +$log_from '$STORE/kvfs.log' | grep 'kvfs err: restore cuda'"
 t_check "the split of lmix is logged" \
 	grep -q "ns lmix: store_as = auto keeps layers 0..1 as hidden states, 2..2 as KV (hcache_kv_layers)" "$STORE/kvfs.log"
 t_check "clean unmount" kvfs_unmount

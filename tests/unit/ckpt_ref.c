@@ -525,6 +525,20 @@ int ckpt_dir_setup(const char *tag)
 int ckpt_dir_teardown(void)
 {
 	kvfs_log_close();
+	/* The log goes to a file some tests read back; where a run's log
+	 * must be kept (the GPU bundle), copy it to stderr first.
+	 */
+	if (getenv("KVFS_TEST_SHOW_LOG")) {
+		FILE *f = fopen(ck_log, "r");
+		char line[1024];
+
+		fprintf(stderr, "--- log of this run (%s)\n", ck_log);
+		while (f && fgets(line, sizeof(line), f))
+			fputs(line, stderr);
+		if (f)
+			fclose(f);
+		fprintf(stderr, "--- end of the log\n");
+	}
 	unlink(ck_log);
 	return nftw(ck_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

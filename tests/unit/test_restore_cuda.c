@@ -683,7 +683,7 @@ static void test_placements(void **state)
 #endif
 
 /* Defined only by the cudart stand-in (tests/gpu/cudaemu.c): whether this
- * build runs on it, where KVFS_CUDAEMU_ALLOC_LIMIT can refuse pinning.
+ * build runs on it, where KVFS_CUDAEMU_PIN_LIMIT can refuse pinning.
  */
 bool kvfs_cudaemu_is_device(const void *p, size_t len) __attribute__((weak));
 
@@ -733,6 +733,7 @@ static void test_host_buffers(void **state)
 					 rc, i == 3 ? (3u << 20) : 4096, &p[i]),
 				 0);
 		assert_non_null(p[i]);
+		assert_int_equal((uintptr_t)p[i] % 4096, 0);
 		assert_ptr_not_equal(p[i], q);
 		for (int j = 1; j < i; j++)
 			assert_ptr_not_equal(p[i], p[j]);
@@ -761,16 +762,16 @@ static void test_host_buffers(void **state)
 	kvfs_restore_cuda_host_put(rc, p[0]);
 	kvfs_restore_cuda_host_put(rc, q);
 
-	/* The stand-in refuses a cudaHostAlloc() larger than
-	 * KVFS_CUDAEMU_ALLOC_LIMIT, as a low RLIMIT_MEMLOCK can: a request no
+	/* The stand-in refuses a cudaHostRegister() larger than
+	 * KVFS_CUDAEMU_PIN_LIMIT, as a low RLIMIT_MEMLOCK can: a request no
 	 * kept buffer can serve is refused with -ENOMEM, and from then on
 	 * none is pinned anew, while kept buffers are still handed out.
 	 */
 	if (kvfs_cudaemu_is_device) {
-		setenv("KVFS_CUDAEMU_ALLOC_LIMIT", "4194304", 1);
+		setenv("KVFS_CUDAEMU_PIN_LIMIT", "4194304", 1);
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
 				 -ENOMEM);
-		unsetenv("KVFS_CUDAEMU_ALLOC_LIMIT");
+		unsetenv("KVFS_CUDAEMU_PIN_LIMIT");
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 5u << 20, &q),
 				 -ENOMEM);
 		assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q), 0);
