@@ -37,8 +37,8 @@ static int host_alloc(uint64_t len, void **buf)
 
 	if (len > SIZE_MAX || !(p = aligned_alloc(4096, (size_t)len)))
 		return -ENOMEM;
-	ret = CUDA_TRY(cudaHostRegister(p, (size_t)len,
-					cudaHostRegisterPortable));
+	ret = CUDA_TRY(
+		cudaHostRegister(p, (size_t)len, cudaHostRegisterPortable));
 	if (ret) {
 		free(p);
 		return ret;
