@@ -473,6 +473,15 @@ struct kvfs_restore_stream {
 	const char *bad; /* out: why verification failed, for the log */
 	uint32_t gpu_layers; /* out: layers projected on the GPU */
 	bool gpu_failed;     /* out: the GPU failed, the CPU took over */
+	/* out: where the call's time went, in nanoseconds (for
+	 * bench_hcache): in the GPU restorer's calls; in the CPU's work on
+	 * layers as they arrive (CRC, copies, the CPU's projections); and
+	 * after the last byte was in (validation, the KV image's header
+	 * and payload CRC).  @ns_io: the read (whole), or the batch of
+	 * reads with the layers' work done as they arrive (pipelined).
+	 */
+	uint64_t ns_gpu, ns_cpu, ns_tail, ns_io;
+	uint32_t gpu_runs; /* out: calls to the GPU restorer */
 };
 
 /*

@@ -33,6 +33,14 @@ struct rs_ctx {
 	uint32_t layer; /* next layer to process */
 	bool tokens; /* the token area is in the CRC */
 	uint32_t crc; /* payload CRC of what was processed */
+	/* The KV image's payload CRC, summed as its layers are done so
+	 * that the sum overlaps the reads of later layers: over @rs->dst's
+	 * token area and layers [0, kv_sum), which end at @kv_end.
+	 */
+	uint32_t kv_crc;
+	uint32_t kv_sum;
+	uint64_t kv_end;
+	uint32_t *tok; /* the token ids, once the token area is in */
 	uint64_t po; /* payload offset */
 	int err; /* first failure, read or restore */
 };
@@ -50,16 +58,19 @@ static int rs_gpu(struct rs_ctx *x, uint32_t l, uint32_t n)
 {
 	struct kvfs_restore_stream *rs = x->rs;
 	const struct kvfs_geom *g = rs->g;
-	uint64_t so, sl, ko, kl;
+	uint64_t so, sl, ko, kl, t0;
 	int rc;
 
 	if (kvfs_fmt_layer_range(g, rs->n_tokens, rs->kv_from, l, &so, &sl) ||
 	    kvfs_fmt_layer_range(g, rs->n_tokens, 0, l, &ko, &kl))
 		return -EINVAL;
+	t0 = kvfs_util_now_mono();
 	rc = kvfs_restore_cuda_layers(rs->rc, l, n, rs->img + so, g->dtype,
 				      rs->start_pos, rs->n_tokens,
 				      g->chunk_tokens, rs->dst + ko, g->dtype,
 				      0);
+	rs->ns_gpu += kvfs_util_now_mono() - t0;
+	rs->gpu_runs++;
 	if (rc) {
 		kvfs_warn("restore: the GPU failed on layers %u-%u (%s): this "
 			  "block's other layers are projected on the CPU",
@@ -72,12 +83,36 @@ static int rs_gpu(struct rs_ctx *x, uint32_t l, uint32_t n)
 }
 
 /*
+ * Add the KV image's layers done since the last call, [x->kv_sum,
+ * x->layer), to its payload CRC, their padding rows cleared first as
+ * kvfs_fmt_build() would.  The layers lie one after the other from the
+ * payload's start (meta/fmt.h); -EINVAL if the layout says otherwise.
+ */
+static int rs_kv_sum(struct rs_ctx *x)
+{
+	struct kvfs_restore_stream *rs = x->rs;
+	uint64_t ko, kl;
+
+	for (; x->kv_sum < x->layer; x->kv_sum++) {
+		if (kvfs_fmt_layer_range(rs->g, rs->n_tokens, 0, x->kv_sum, &ko,
+					 &kl) ||
+		    ko != x->kv_end)
+			return -EINVAL;
+		kvfs_fmt_layer_tail_clear(rs->g, 0, rs->n_tokens, x->kv_sum,
+					  rs->dst);
+		x->kv_crc = kvfs_fmt_crc32c(x->kv_crc, rs->dst + ko, kl);
+		x->kv_end = ko + kl;
+	}
+	return 0;
+}
+
+/*
  * Project or copy layers [x->layer, @upto), adding them to the CRC.  With
  * a GPU restorer the hidden layers among them go to it in one run
  * (rs_gpu()), so that layers which arrived together are uploaded and
  * projected back to back instead of one wait each.
  */
-static int rs_layers(struct rs_ctx *x, uint32_t upto)
+static int rs_layers_do(struct rs_ctx *x, uint32_t upto)
 {
 	struct kvfs_restore_stream *rs = x->rs;
 	const struct kvfs_geom *g = rs->g;
@@ -88,6 +123,13 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 	if (!x->tokens) {
 		x->crc = kvfs_fmt_crc32c(0, rs->img + KVFS_FMT_HDR_SIZE,
 					 x->po - KVFS_FMT_HDR_SIZE);
+		for (uint32_t i = 0; i < rs->n_tokens; i++)
+			x->tok[i] = kvfs_util_get32(rs->img + KVFS_FMT_HDR_SIZE +
+						    4ull * i);
+		kvfs_fmt_tokens_put(rs->dst, x->tok, rs->n_tokens);
+		x->kv_crc = kvfs_fmt_crc32c(0, rs->dst + KVFS_FMT_HDR_SIZE,
+					    x->po - KVFS_FMT_HDR_SIZE);
+		x->kv_end = x->po;
 		x->tokens = true;
 	}
 	for (; x->layer < upto; x->layer++) {
@@ -128,7 +170,18 @@ static int rs_layers(struct rs_ctx *x, uint32_t upto)
 			memcpy(rs->dst + ko, rs->img + so, kl);
 		}
 	}
-	return 0;
+	return rs_kv_sum(x);
+}
+
+/* rs_layers_do(), its time less the GPU's counted as the CPU's. */
+static int rs_layers(struct rs_ctx *x, uint32_t upto)
+{
+	struct kvfs_restore_stream *rs = x->rs;
+	uint64_t t0 = kvfs_util_now_mono(), gpu = rs->ns_gpu;
+	int rc = rs_layers_do(x, upto);
+
+	rs->ns_cpu += kvfs_util_now_mono() - t0 - (rs->ns_gpu - gpu);
+	return rc;
 }
 
 /* Ranges arrived: process every layer whose bytes, and all before them,
@@ -185,7 +238,7 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 	struct kvfs_restore_ws *tmp = NULL;
 	struct rs_ctx x = { 0 };
 	struct kvfs_fmt_hdr h;
-	uint64_t ssize, size, prev = 0;
+	uint64_t ssize, size, prev = 0, t_in = 0;
 	uint32_t *tok = NULL;
 	int rc;
 
@@ -196,6 +249,8 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 	rs->bad = NULL;
 	rs->gpu_layers = 0;
 	rs->gpu_failed = false;
+	rs->ns_gpu = rs->ns_cpu = rs->ns_tail = rs->ns_io = 0;
+	rs->gpu_runs = 0;
 	ssize = kvfs_fmt_split_file_size(g, rs->n_tokens, rs->kv_from);
 	size = kvfs_fmt_file_size(g, KVFS_KIND_KV, rs->n_tokens);
 	if (!ssize || ssize > rs->ext->len || !size || size > rs->dst_len) {
@@ -212,6 +267,7 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 	x.upto = calloc(g->n_layers, sizeof(*x.upto));
 	x.done = calloc(g->n_layers, sizeof(*x.done));
 	tok = malloc((size_t)rs->n_tokens * sizeof(*tok));
+	x.tok = tok;
 	rc = -ENOMEM;
 	if (!x.io || !x.upto || !x.done || !tok)
 		goto out_free;
@@ -221,9 +277,12 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 			goto out_free;
 		x.ws = tmp;
 	}
+	t_in = kvfs_util_now_mono();
 	if (rs->flags & KVFS_RS_WHOLE) {
 		rc = rs->ssd->ops->read(rs->ssd, rs->ext, 0, rs->img,
 					rs->ext->len);
+		rs->ns_io = kvfs_util_now_mono() - t_in;
+		t_in += rs->ns_io;
 		if (!rc)
 			rc = rs_verify(rs, ssize, true, 0, &h);
 		if (!rc)
@@ -256,7 +315,10 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 		}
 		x.upto[x.nr - 1] = l + 1;
 	}
+	t_in = kvfs_util_now_mono();
 	rc = rs->ssd->ops->readv(rs->ssd, x.io, x.nr);
+	rs->ns_io = kvfs_util_now_mono() - t_in;
+	t_in += rs->ns_io;
 	if (!rc)
 		rc = x.err;
 	if (!rc && x.layer != g->n_layers)
@@ -266,13 +328,19 @@ int kvfs_cache_restore_stream(struct kvfs_restore_stream *rs)
 out_build:
 	if (rc)
 		goto out_free;
-	for (uint32_t i = 0; i < rs->n_tokens; i++)
-		tok[i] =
-			kvfs_util_get32(rs->img + KVFS_FMT_HDR_SIZE + 4ull * i);
-	rc = kvfs_fmt_build(g, KVFS_KIND_KV, h.parent, h.start_pos, tok,
-			    rs->n_tokens, NULL, rs->dst, size);
+	/* The token area and every layer were summed as they were done. */
+	if (x.kv_end != size) {
+		rc = -EINVAL;
+		goto out_free;
+	}
+	rc = kvfs_fmt_hdr_put(g, 0, h.parent, h.start_pos, rs->n_tokens,
+			      x.kv_crc, rs->dst, size);
 	if (!rc && rs->dst_len > size)
 		memset(rs->dst + size, 0, rs->dst_len - size);
+	/* Whole: the layers' work after the read is counted as theirs. */
+	rs->ns_tail = kvfs_util_now_mono() - t_in;
+	if (rs->flags & KVFS_RS_WHOLE)
+		rs->ns_tail -= rs->ns_gpu + rs->ns_cpu;
 out_free:
 	kvfs_restore_ws_free(tmp);
 	free(tok);

@@ -521,34 +521,51 @@ static bool all_zero(const uint8_t *p, uint64_t len)
  * be zero, or two files of the same block could differ and a sparse reader
  * would see garbage past the prefix.
  */
-static bool tail_rows(const struct kvfs_geom *g, uint32_t kv_from,
-		      uint32_t n_tokens, uint8_t *pay, bool clear)
+/* The rows past the last token of layer @l's last chunk, in the payload
+ * @pay: cleared (@clear), or checked to be zero.  True when they are.
+ */
+static bool layer_tail_rows(const struct kvfs_geom *g, uint32_t kv_from,
+			    uint32_t n_tokens, uint32_t l, uint8_t *pay,
+			    bool clear)
 {
 	uint32_t c = g->chunk_tokens, used = n_tokens % c;
 	uint64_t nchunks = (n_tokens + c - 1) / c;
+	uint16_t kind = l < kv_from ? KVFS_KIND_HIDDEN : KVFS_KIND_KV;
+	int parts = kind == KVFS_KIND_HIDDEN ? 1 : 2;
+	uint64_t row = row_bytes(g, kind), off, len;
+	uint8_t *last;
 
 	if (!used)
 		return true;
-	for (uint32_t l = 0; l < g->n_layers; l++) {
-		uint16_t kind = l < kv_from ? KVFS_KIND_HIDDEN : KVFS_KIND_KV;
-		int parts = kind == KVFS_KIND_HIDDEN ? 1 : 2;
-		uint64_t row = row_bytes(g, kind), off, len;
-		uint8_t *last;
+	/* The caller checked the size, so the range exists. */
+	kvfs_fmt_piece_range(g, n_tokens, kv_from, l, (uint32_t)(nchunks - 1),
+			     &off, &len);
+	last = pay + (off - kvfs_fmt_payload_off(n_tokens));
+	for (int k = 0; k < parts; k++) {
+		uint8_t *t = last + k * c * row + used * row;
 
-		/* The caller checked the size, so the range exists. */
-		kvfs_fmt_piece_range(g, n_tokens, kv_from, l,
-				     (uint32_t)(nchunks - 1), &off, &len);
-		last = pay + (off - kvfs_fmt_payload_off(n_tokens));
-		for (int k = 0; k < parts; k++) {
-			uint8_t *t = last + k * c * row + used * row;
-
-			if (clear)
-				memset(t, 0, (c - used) * row);
-			else if (!all_zero(t, (c - used) * row))
-				return false;
-		}
+		if (clear)
+			memset(t, 0, (c - used) * row);
+		else if (!all_zero(t, (c - used) * row))
+			return false;
 	}
 	return true;
+}
+
+static bool tail_rows(const struct kvfs_geom *g, uint32_t kv_from,
+		      uint32_t n_tokens, uint8_t *pay, bool clear)
+{
+	for (uint32_t l = 0; l < g->n_layers; l++)
+		if (!layer_tail_rows(g, kv_from, n_tokens, l, pay, clear))
+			return false;
+	return true;
+}
+
+void kvfs_fmt_layer_tail_clear(const struct kvfs_geom *g, uint32_t kv_from,
+			       uint32_t n_tokens, uint32_t layer, void *img)
+{
+	layer_tail_rows(g, kv_from, n_tokens, layer,
+			(uint8_t *)img + kvfs_fmt_payload_off(n_tokens), true);
 }
 
 enum kvfs_fmt_err kvfs_fmt_validate(const void *buf, uint64_t len,
@@ -666,34 +683,43 @@ int kvfs_fmt_errno(enum kvfs_fmt_err e)
 	}
 }
 
-int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
-			 const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
-			 const uint32_t *tokens, uint32_t n,
-			 const void *payload, void *buf, uint64_t buf_len)
+void kvfs_fmt_tokens_put(void *img, const uint32_t *tokens, uint32_t n)
 {
-	struct kvfs_fmt_hdr h;
-	uint8_t *p = buf;
-	uint64_t size, pay_off;
-	uint16_t kind;
+	uint8_t *p = img;
 
-	if (!g || !parent || !tokens || !p || !n || n > g->block_tokens ||
+	memset(p + KVFS_FMT_HDR_SIZE, 0,
+	       kvfs_fmt_payload_off(n) - KVFS_FMT_HDR_SIZE);
+	for (uint32_t i = 0; i < n; i++)
+		kvfs_util_put32(p + KVFS_FMT_HDR_SIZE + 4 * (uint64_t)i,
+				tokens[i]);
+}
+
+/* The checks kvfs_fmt_build_split() and kvfs_fmt_hdr_put() share: the
+ * image's size, or 0 when the arguments are bad.
+ */
+static uint64_t build_size(const struct kvfs_geom *g, uint32_t kv_from,
+			   const uint8_t *parent, uint32_t n, const void *buf,
+			   uint64_t buf_len)
+{
+	uint64_t size;
+
+	if (!g || !parent || !buf || !n || n > g->block_tokens ||
 	    kv_from > g->n_layers || (kv_from && !g->hidden_size) ||
 	    kv_from > UINT16_MAX)
-		return -EINVAL;
-	kind = kvfs_fmt_split_kind(g, kv_from);
+		return 0;
 	size = kvfs_fmt_split_file_size(g, n, kv_from);
-	if (!size || size > buf_len)
-		return -EINVAL;
-	pay_off = kvfs_fmt_payload_off(n);
+	return size <= buf_len ? size : 0;
+}
 
-	/* The payload may already be in place: only clear what precedes it. */
-	memset(p, 0, pay_off);
-	for (uint32_t i = 0; i < n; i++)
-		kvfs_util_put32(p + KVFS_FMT_HDR_SIZE + 4 * (uint64_t)i, tokens[i]);
-	if (payload)
-		memmove(p + pay_off, payload, size - pay_off);
-	/* Rows past the last token are padding, always zero. */
-	tail_rows(g, kv_from, n, p + pay_off, true);
+/* The header of the image @p (@size bytes, token area and payload in
+ * place), with @crc as its payload CRC.
+ */
+static void hdr_put(const struct kvfs_geom *g, uint32_t kv_from,
+		    const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+		    uint32_t n, uint32_t crc, uint8_t *p)
+{
+	struct kvfs_fmt_hdr h;
+	uint16_t kind = kvfs_fmt_split_kind(g, kv_from);
 
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, KVFS_FMT_MAGIC, 8);
@@ -710,11 +736,48 @@ int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
 	h.start_pos = start_pos;
 	memcpy(h.parent, parent, KVFS_KEY_LEN);
 	block_key_raw(parent, p + KVFS_FMT_HDR_SIZE, n, h.key);
-	h.payload_crc = kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
-					size - KVFS_FMT_HDR_SIZE);
+	h.payload_crc = crc;
+	memset(p, 0, KVFS_FMT_HDR_SIZE);
 	hdr_encode(&h, p);
 	h.hdr_crc = kvfs_fmt_crc32c(0, p, HDR_CRC_SPAN);
 	kvfs_util_put32(p + 84, h.hdr_crc);
+}
+
+int kvfs_fmt_build_split(const struct kvfs_geom *g, uint32_t kv_from,
+			 const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+			 const uint32_t *tokens, uint32_t n,
+			 const void *payload, void *buf, uint64_t buf_len)
+{
+	uint64_t size = build_size(g, kv_from, parent, n, buf, buf_len);
+	uint8_t *p = buf;
+	uint64_t pay_off;
+
+	if (!size || !tokens)
+		return -EINVAL;
+	pay_off = kvfs_fmt_payload_off(n);
+	/* The payload may already be in place: only rewrite what precedes
+	 * it.
+	 */
+	kvfs_fmt_tokens_put(p, tokens, n);
+	if (payload)
+		memmove(p + pay_off, payload, size - pay_off);
+	/* Rows past the last token are padding, always zero. */
+	tail_rows(g, kv_from, n, p + pay_off, true);
+	hdr_put(g, kv_from, parent, start_pos, n,
+		kvfs_fmt_crc32c(0, p + KVFS_FMT_HDR_SIZE,
+				size - KVFS_FMT_HDR_SIZE),
+		p);
+	return 0;
+}
+
+int kvfs_fmt_hdr_put(const struct kvfs_geom *g, uint32_t kv_from,
+		     const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+		     uint32_t n, uint32_t payload_crc, void *buf,
+		     uint64_t buf_len)
+{
+	if (!build_size(g, kv_from, parent, n, buf, buf_len))
+		return -EINVAL;
+	hdr_put(g, kv_from, parent, start_pos, n, payload_crc, buf);
 	return 0;
 }
 

@@ -301,6 +301,35 @@ int kvfs_fmt_build(const struct kvfs_geom *g, uint16_t kind,
 		   const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
 		   const uint32_t *tokens, uint32_t n, const void *payload,
 		   void *buf, uint64_t buf_len);
+/*
+ * Building an image in pieces, for a caller that fills the payload layer
+ * by layer and sums it as it goes (the pipelined restore): what
+ * kvfs_fmt_build_split() does in one call, split so that the payload CRC
+ * can be computed before the header exists.
+ *
+ * kvfs_fmt_tokens_put() - the token area of the image @img, [header end,
+ * kvfs_fmt_payload_off(@n)): the @n ids, then zeros.  The bytes are those
+ * kvfs_fmt_build() writes.  Cannot fail; no locking.
+ *
+ * kvfs_fmt_layer_tail_clear() - zero layer @layer's rows past the last
+ * token (the last chunk's padding, zero in every valid image) in the image
+ * @img of the layout @kv_from describes.  The caller checked the image's
+ * size.  No locking.
+ *
+ * kvfs_fmt_hdr_put() - the header of the image @buf (@buf_len bytes),
+ * whose token area and payload are in place, with @payload_crc, the
+ * CRC-32C of everything after the header, as the caller computed it: the
+ * key from the token area, then the header CRC.  Returns 0, or -EINVAL
+ * for the arguments kvfs_fmt_build_split() refuses.  No locking.
+ */
+void kvfs_fmt_tokens_put(void *img, const uint32_t *tokens, uint32_t n);
+void kvfs_fmt_layer_tail_clear(const struct kvfs_geom *g, uint32_t kv_from,
+			       uint32_t n_tokens, uint32_t layer, void *img);
+int kvfs_fmt_hdr_put(const struct kvfs_geom *g, uint32_t kv_from,
+		     const uint8_t parent[KVFS_KEY_LEN], uint64_t start_pos,
+		     uint32_t n, uint32_t payload_crc, void *buf,
+		     uint64_t buf_len);
+
 /* kvfs_fmt_build() for the layout @kv_from describes: kind KV, MIXED or
  * HIDDEN (kvfs_fmt_split_kind()); @buf must hold kvfs_fmt_split_file_size()
  * bytes.  Returns 0 or -EINVAL.

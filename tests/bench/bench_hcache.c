@@ -437,10 +437,19 @@ out_free:
  * extents @e (so no read is served twice in a row from one place).
  * Returns 0 or the first failure's -errno.
  */
+/* Where the restores' time went: the sums of @rs's ns_ fields over the
+ * timed samples, pipelined [0] and whole [1].
+ */
+struct stream_split {
+	uint64_t gpu[2], cpu[2], tail[2], io[2], runs[2];
+};
+
 static int stream_times(struct kvfs_restore_stream *rs,
 			const struct kvfs_extent *e, int iters, double *tp,
-			double *tw)
+			double *tw, struct stream_split *sp)
 {
+	if (sp)
+		*sp = (struct stream_split){ 0 };
 	for (int i = -1; i < iters; i++) {
 		for (int w = 0; w < 2; w++) {
 			uint64_t t0 = bench_now_ns();
@@ -462,9 +471,43 @@ static int stream_times(struct kvfs_restore_stream *rs,
 			if (i >= 0)
 				(w ? tw : tp)[i] = (double)(bench_now_ns() - t0) *
 						   1e-9;
+			if (i >= 0 && sp) {
+				sp->gpu[w] += rs->ns_gpu;
+				sp->cpu[w] += rs->ns_cpu;
+				sp->tail[w] += rs->ns_tail;
+				sp->io[w] += rs->ns_io;
+				sp->runs[w] += rs->gpu_runs;
+			}
 		}
 	}
 	return 0;
+}
+
+/* The image read whole through the SSD tier into @rs->img (pageable) and
+ * into @pinned (page-locked), alternating: whether the kind of memory
+ * changes the read.  Prints the medians; @ta and @tb are scratch.
+ */
+static void read_into(struct kvfs_restore_stream *rs,
+		      const struct kvfs_extent *e, void *pinned, int iters,
+		      double *ta, double *tb)
+{
+	for (int i = -1; i < iters; i++) {
+		for (int w = 0; w < 2; w++) {
+			const struct kvfs_extent *x =
+				&e[(2 * (i + 1) + w) % SSD_COPIES];
+			uint64_t t0 = bench_now_ns();
+
+			if (rs->ssd->ops->read(rs->ssd, x, 0,
+					       w ? pinned : rs->img, x->len))
+				return;
+			if (i >= 0)
+				(w ? tb : ta)[i] =
+					(double)(bench_now_ns() - t0) * 1e-9;
+		}
+	}
+	printf("    the image read alone, medians: into pageable memory "
+	       "%.3f ms, into page-locked memory %.3f ms\n",
+	       bench_median(ta, iters) * 1e3, bench_median(tb, iters) * 1e3);
 }
 
 /* One [9g] row: @rs restored with @rc_gpu, its image read into and its KV
@@ -481,6 +524,7 @@ static int stream_gpu_row(struct kvfs_restore_stream *rs,
 	uint8_t *img = rs->img, *dst = rs->dst;
 	void *pimg = NULL, *pdst = NULL;
 	uint32_t n = rs->n_tokens;
+	struct stream_split sp;
 	char label[80];
 	double p, w;
 	int rc = 0;
@@ -499,7 +543,7 @@ static int stream_gpu_row(struct kvfs_restore_stream *rs,
 		rs->dst = pdst;
 	}
 	rs->rc = rc_gpu;
-	rc = stream_times(rs, e, iters, tp, tw);
+	rc = stream_times(rs, e, iters, tp, tw, &sp);
 	rs->rc = NULL;
 	rs->img = img;
 	rs->dst = dst;
@@ -511,6 +555,18 @@ static int stream_gpu_row(struct kvfs_restore_stream *rs,
 	       "buffers): pipelined %.3f ms, whole read then restore %.3f ms; "
 	       "KV read %.3f ms\n", gpu, mode, pinned ? "page-locked" :
 	       "pageable", p * 1e3, w * 1e3, kv_read * 1e3);
+	for (int k = 0; k < 2; k++)
+		printf("    %s, means: read%s %.3f ms; GPU calls %.3f ms (%.1f "
+		       "runs), CPU on layers %.3f ms, after the read %.3f ms\n",
+		       k ? "whole" : "pipelined",
+		       k ? "" : " with the layers' work", 
+		       (double)sp.io[k] / iters * 1e-6,
+		       (double)sp.gpu[k] / iters * 1e-6,
+		       (double)sp.runs[k] / iters,
+		       (double)sp.cpu[k] / iters * 1e-6,
+		       (double)sp.tail[k] / iters * 1e-6);
+	if (pinned)
+		read_into(rs, e, pimg, iters, tp, tw);
 	snprintf(label, sizeof(label), "[9g] SSD restore GPU %s%s/KV read",
 		 mode, pinned ? "" : " pageable");
 	bench_summary(summ, label, n / p, kv_read > 0 ? n / kv_read : 0,
@@ -636,7 +692,7 @@ static int fig_block_stream(struct model *md, struct blk *b,
 	rs.dst = dst;
 	rs.dst_len = ks;
 	if (cpu) {
-		if (stream_times(&rs, e, iters, tp, tw))
+		if (stream_times(&rs, e, iters, tp, tw, NULL))
 			goto out_unlink;
 		printf("  SSD, the daemon's restore (%u layers, %llu KiB "
 		       "stored): pipelined %.3f ms, whole read then restore "
