@@ -156,11 +156,11 @@ int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
  * restorer notices page-locked memory (below) and copies it with the
  * copy engine instead of through its staging buffers, one CPU copy fewer
  * each way.  The handle keeps a few buffers given back and hands them
- * out again (pinning is slow); more at once are allocated and freed.
- * Contents undefined.  *@buf receives it.
+ * out again (pinning is slow); more at once are pinned and let go, up to
+ * 16 out at once.  Contents undefined.  *@buf receives it.
  * Returns 0; -EINVAL; -EOPNOTSUPP in builds without the CUDA toolkit;
- * -ENOMEM (logged: the driver cannot pin more; use pageable memory) or
- * -EIO (logged).  Locking: the handle's pool lock, not the one calls of
+ * -EBUSY (16 are out), -ENOMEM (logged: the driver cannot pin more) or
+ * -EIO (logged): on any of them use pageable memory.  Locking: the handle's pool lock, not the one calls of
  * the restorer take, so it never waits for a restoration.
  */
 int kvfs_restore_cuda_host_get(struct kvfs_restore_cuda *rc, uint64_t len,

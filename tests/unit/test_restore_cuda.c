@@ -762,6 +762,30 @@ static void test_host_buffers(void **state)
 	kvfs_restore_cuda_host_put(rc, p[0]);
 	kvfs_restore_cuda_host_put(rc, q);
 
+	/* At most 16 are out at once: the 17th request is refused, and
+	 * served again once one is given back.
+	 */
+	{
+		void *many[16];
+
+		for (int i = 0; i < 16; i++) {
+			assert_int_equal(kvfs_restore_cuda_host_get(
+						 rc, 4096, &many[i]),
+					 0);
+			assert_int_equal((uintptr_t)many[i] % 4096, 0);
+		}
+		assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q),
+				 -EBUSY);
+		kvfs_restore_cuda_host_put(rc, many[7]);
+		assert_int_equal(kvfs_restore_cuda_host_get(rc, 4096, &q), 0);
+		assert_ptr_equal(q, many[7]);
+		many[7] = q;
+		for (int i = 0; i < 16; i++)
+			kvfs_restore_cuda_host_put(rc, many[i]);
+		/* not the pool's: ignored */
+		kvfs_restore_cuda_host_put(rc, &many[0]);
+	}
+
 	/* The stand-in refuses a cudaHostRegister() larger than
 	 * KVFS_CUDAEMU_PIN_LIMIT, as a low RLIMIT_MEMLOCK can: a request no
 	 * kept buffer can serve is refused with -ENOMEM, and from then on
