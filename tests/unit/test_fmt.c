@@ -562,6 +562,66 @@ static void test_mixed_build_validate(void **state)
 	free(b.buf);
 }
 
+/*
+ * An image built in pieces (kvfs_fmt_tokens_put(), each layer's padding
+ * cleared and summed in order, kvfs_fmt_hdr_put() with that sum) is the
+ * image kvfs_fmt_build_split() builds, for every split of a 6-token block
+ * (a partial last chunk), from a buffer full of junk.
+ */
+static void test_build_in_pieces(void **state)
+{
+	uint32_t t[6];
+	uint8_t root[KVFS_KEY_LEN];
+
+	for (uint32_t i = 0; i < 6; i++)
+		t[i] = toks[i];
+	kvfs_fmt_root_key("llama", NULL, root);
+	for (uint32_t kv_from = 0; kv_from <= geom.n_layers; kv_from++) {
+		uint64_t len = kvfs_fmt_split_file_size(&geom, 6, kv_from);
+		uint64_t po = kvfs_fmt_payload_off(6), end = po, off, l;
+		uint8_t *want = malloc(len), *got = malloc(len);
+		uint32_t crc;
+
+		assert_non_null(want);
+		assert_non_null(got);
+		for (uint64_t i = 0; i < len; i++)
+			want[i] = got[i] = (uint8_t)(i * 13 + 5);
+		assert_int_equal(kvfs_fmt_build_split(&geom, kv_from, root, 0,
+						      t, 6, NULL, want, len),
+				 0);
+		kvfs_fmt_tokens_put(got, t, 6);
+		crc = kvfs_fmt_crc32c(0, got + KVFS_FMT_HDR_SIZE,
+				      po - KVFS_FMT_HDR_SIZE);
+		for (uint32_t layer = 0; layer < geom.n_layers; layer++) {
+			assert_int_equal(kvfs_fmt_layer_range(&geom, 6, kv_from,
+							      layer, &off, &l),
+					 0);
+			assert_int_equal(off, end);
+			kvfs_fmt_layer_tail_clear(&geom, kv_from, 6, layer,
+						  got);
+			crc = kvfs_fmt_crc32c(crc, got + off, l);
+			end = off + l;
+		}
+		assert_int_equal(end, len);
+		assert_int_equal(kvfs_fmt_hdr_put(&geom, kv_from, root, 0, 6,
+						  crc, got, len),
+				 0);
+		assert_memory_equal(got, want, len);
+		/* the arguments build_split refuses */
+		assert_int_equal(kvfs_fmt_hdr_put(&geom, kv_from, root, 0, 6,
+						  crc, got, len - 1),
+				 -EINVAL);
+		assert_int_equal(kvfs_fmt_hdr_put(&geom, kv_from, root, 0, 9,
+						  crc, got, len),
+				 -EINVAL);
+		assert_int_equal(kvfs_fmt_hdr_put(&geom, geom.n_layers + 1,
+						  root, 0, 6, crc, got, len),
+				 -EINVAL);
+		free(want);
+		free(got);
+	}
+}
+
 static void test_mixed_rejects(void **state)
 {
 	struct blk b;
@@ -1008,6 +1068,7 @@ int main(void)
 		cmocka_unit_test(test_hidden_allowed),
 		cmocka_unit_test(test_split_sizes_and_ranges),
 		cmocka_unit_test(test_mixed_build_validate),
+		cmocka_unit_test(test_build_in_pieces),
 		cmocka_unit_test(test_mixed_rejects),
 		cmocka_unit_test(test_reject_too_short),
 		cmocka_unit_test(test_reject_magic),
