@@ -769,6 +769,16 @@ int kvfs_block_read_ssd(struct kvfs_cache *c, struct kvfs_block *b,
 int kvfs_block_verify_ssd(struct kvfs_cache *c, struct kvfs_block *b,
 			  const void *buf);
 /*
+ * kvfs_block_ssd_bad() - log that @b's SSD copy at offset @off failed
+ *   verification for the reason @why, and count it in
+ *   cache.checksum_errors.  When @img (@len bytes read back, or NULL)
+ *   starts with a sound header of another block, the line names that
+ *   block: misdirected bytes, not torn ones.  No locking.
+ */
+void kvfs_block_ssd_bad(struct kvfs_cache *c, struct kvfs_block *b,
+			uint64_t off, const char *why, const void *img,
+			uint64_t len);
+/*
  * Whether a load of @b from tier @from may keep a copy in DRAM: always
  * for a block pinned in DRAM (the pin is the admin's word, and a pin not
  * yet resident is honoured by the first load), else the policy's

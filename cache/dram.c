@@ -162,11 +162,46 @@ int kvfs_dram_reserve(struct kvfs_cache *c, uint64_t len, struct kvfs_extent *e)
 
 /* ---------------------------------------------------------------- loads */
 
+void kvfs_block_ssd_bad(struct kvfs_cache *c, struct kvfs_block *b,
+			uint64_t off, const char *why, const void *img,
+			uint64_t len)
+{
+	char hex[KVFS_KEY_HEX_LEN + 1], held[KVFS_KEY_HEX_LEN + 1];
+	struct kvfs_fmt_hdr h;
+	enum kvfs_fmt_err fe;
+
+	kvfs_fmt_key_hex(b->pn.key, hex);
+	/* Torn bytes and another block's image call for different fixes:
+	 * say whose header the extent holds, if any.
+	 */
+	fe = img ? kvfs_fmt_validate(img, len, &b->ns->geom, NULL,
+				     b->ns->rec.root,
+				     KVFS_FMT_ALLOW_HIDDEN |
+					     KVFS_FMT_ALLOW_MIXED,
+				     &h) :
+		   KVFS_FMT_ETOOSHORT;
+	if (fe != KVFS_FMT_ETOOSHORT && fe != KVFS_FMT_EMAGIC &&
+	    fe != KVFS_FMT_EVERSION && fe != KVFS_FMT_EHDRCRC &&
+	    memcmp(h.key, b->pn.key, KVFS_KEY_LEN)) {
+		kvfs_fmt_key_hex(h.key, held);
+		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
+			 " fails verification (%s): not served; the extent "
+			 "holds the header of block %s.kv (kind %u, dtype "
+			 "%u, %u tokens at %" PRIu64 ")",
+			 b->ns->rec.name, hex, off, why, held, h.kind,
+			 h.dtype, h.n_tokens, h.start_pos);
+	} else {
+		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
+			 " fails verification (%s): not served",
+			 b->ns->rec.name, hex, off, why);
+	}
+	atomic_fetch_add(&c->st_csum_errors, 1);
+}
+
 /* Torn or misdirected bytes are never served (nor kept by the scrub). */
 int kvfs_block_verify_ssd(struct kvfs_cache *c, struct kvfs_block *b,
 			  const void *buf)
 {
-	char hex[KVFS_KEY_HEX_LEN + 1];
 	struct kvfs_fmt_hdr h;
 	enum kvfs_fmt_err fe;
 
@@ -176,13 +211,11 @@ int kvfs_block_verify_ssd(struct kvfs_cache *c, struct kvfs_block *b,
 			       &h);
 	if (fe == KVFS_FMT_OK && h.hdr_crc == b->hdr_crc)
 		return 0;
-	kvfs_fmt_key_hex(b->pn.key, hex);
-	kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
-		 " fails verification (%s): not served",
-		 b->ns->rec.name, hex, b->ssd.off,
-		 fe == KVFS_FMT_OK ? "header does not match the record" :
-				     kvfs_fmt_strerror(fe));
-	atomic_fetch_add(&c->st_csum_errors, 1);
+	kvfs_block_ssd_bad(c, b, b->ssd.off,
+			   fe == KVFS_FMT_OK ?
+				   "header does not match the record" :
+				   kvfs_fmt_strerror(fe),
+			   buf, b->ssize);
 	return -EBADMSG;
 }
 

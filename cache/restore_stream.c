@@ -452,13 +452,8 @@ int kvfs_rpool_stream(struct kvfs_cache *c, struct kvfs_block *b,
 	} else if (!rc && rs.rc) {
 		atomic_fetch_add(&c->st_restore_gpu_blocks, 1);
 	}
-	if (rc == -EBADMSG) {
-		kvfs_fmt_key_hex(b->pn.key, hex);
-		kvfs_err("ns %s: block %s.kv: SSD copy at offset %" PRIu64
-			 " fails verification (%s): not served",
-			 ns->rec.name, hex, sx.off, rs.bad);
-		atomic_fetch_add(&c->st_csum_errors, 1);
-	}
+	if (rc == -EBADMSG)
+		kvfs_block_ssd_bad(c, b, sx.off, rs.bad, src, b->ssize);
 	if (rc)
 		goto out_free;
 	if (pin)

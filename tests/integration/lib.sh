@@ -35,6 +35,12 @@ t_fail() {
 		# a sanitizer report from the daemon, if any
 		grep -A 40 -m 1 'ERROR: AddressSanitizer\|runtime error\|LeakSanitizer' \
 			"$STORE/kvfs.log" | sed 's/^/#   log: /'
+		# the whole log, where a run asks for it (KVFS_TEST_KEEP_LOGS=DIR)
+		if [ -n "${KVFS_TEST_KEEP_LOGS:-}" ] &&
+			mkdir -p "$KVFS_TEST_KEEP_LOGS" &&
+			cp "$STORE/kvfs.log" "$KVFS_TEST_KEEP_LOGS/$T_NAME.$$.log"; then
+			printf '#   log kept: %s\n' "$KVFS_TEST_KEEP_LOGS/$T_NAME.$$.log"
+		fi
 	fi
 }
 # t_check DESC CMD...: pass when CMD succeeds.
