@@ -841,9 +841,11 @@ int kvfs_gpu_drop(struct kvfs_cache *c, struct kvfs_block *b);
 /*
  * kvfs_promote_load() - load @b into DRAM only if it has free room now
  *   (KVFS_LOAD_MOVE), and start the restoration of a block stored as
- *   hidden states, so a later read finds the KV image.  Returns
- *   kvfs_block_load()'s.  Caller holds b->io_lock and has seen no DRAM
- *   copy under it.
+ *   hidden states, so a later read finds the KV image.  Holds @b open
+ *   meanwhile, as a reader does, so that an unlink cannot free its SSD
+ *   extent under the read.  Returns kvfs_block_load()'s, -EEXIST when
+ *   @b has a DRAM copy already, -ENOENT when it was deleted.  The caller
+ *   holds a reference and not b->io_lock, which this takes.
  * kvfs_promote_init() - register the promotion pass (SSD -> DRAM, then
  *   DRAM -> device, each as the policy plans) as a periodic task.
  */

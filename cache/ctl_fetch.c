@@ -454,14 +454,8 @@ static void *prefetch_main(void *arg)
 	if (j->tier == KVFS_TIER_GPU) {
 		kvfs_gpu_load(j->c, j->v, j->n, 0);
 	} else {
-		for (size_t i = 0; i < j->n; i++) {
-			struct kvfs_block *b = j->v[i];
-
-			pthread_mutex_lock(&b->io_lock);
-			if (!atomic_load(&b->dram_ptr))
-				kvfs_promote_load(j->c, b);
-			pthread_mutex_unlock(&b->io_lock);
-		}
+		for (size_t i = 0; i < j->n; i++)
+			(void)kvfs_promote_load(j->c, j->v[i]);
 	}
 	kvfs_ctl_put_all(j->c, j->v, j->n);
 	kvfs_bg_end(j->c);

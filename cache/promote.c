@@ -52,13 +52,29 @@ static void promote_gpu(struct kvfs_cache *c)
 
 int kvfs_promote_load(struct kvfs_cache *c, struct kvfs_block *b)
 {
-	int rc = kvfs_block_load(c, b, KVFS_LOAD_MOVE, NULL, NULL);
+	int rc = -ENOENT;
 
+	/* Open, as a reader is: with a reference alone, an unlink gives
+	 * the SSD extent back to the allocator at once, and the read would
+	 * get whatever was written there next (logged as a checksum
+	 * failure).  Pairs with kvfs_block_delete(), as in
+	 * kvfs_cache_reader_init().
+	 */
+	atomic_fetch_add(&b->opens, 1);
+	if (!(atomic_load(&b->flags) & KVFS_B_DELETED)) {
+		pthread_mutex_lock(&b->io_lock);
+		rc = atomic_load(&b->dram_ptr) ?
+			     -EEXIST :
+			     kvfs_block_load(c, b, KVFS_LOAD_MOVE, NULL, NULL);
+		pthread_mutex_unlock(&b->io_lock);
+	}
 	/* Promoted (or prefetched) hidden states are restored before a
 	 * reader asks: the read then finds the KV image in DRAM.
 	 */
 	if (!rc && kvfs_block_needs_restore(b))
 		kvfs_rpool_ahead(c, b);
+	atomic_fetch_sub(&b->opens, 1);
+	kvfs_block_try_free(c, b);
 	return rc;
 }
 
@@ -103,22 +119,8 @@ static int promote_pass(struct kvfs_cache *c)
 				kvfs_dram_discard(c, b);
 		} else if (plan[i].op == KVFS_PMOVE_UP &&
 			   !atomic_load(&b->dram_ptr)) {
-			/* Open, as a reader is: a reference alone lets an
-			 * unlink give the SSD extent back to the allocator
-			 * under the read, which would then see whatever was
-			 * written there next (and log a checksum failure).
-			 * Pairs with kvfs_block_delete(), as in
-			 * kvfs_cache_reader_init().
-			 */
-			atomic_fetch_add(&b->opens, 1);
-			pthread_mutex_lock(&b->io_lock);
-			if (!(atomic_load(&b->flags) & KVFS_B_DELETED) &&
-			    !atomic_load(&b->dram_ptr) &&
-			    kvfs_promote_load(c, b) == 0)
+			if (kvfs_promote_load(c, b) == 0)
 				atomic_fetch_add(&c->st_promoted, 1);
-			pthread_mutex_unlock(&b->io_lock);
-			atomic_fetch_sub(&b->opens, 1);
-			kvfs_block_try_free(c, b);
 		}
 	}
 	for (size_t i = 0; i < n; i++)

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "cache/cache.h"
+#include "cache/cache_i.h"
 #include "cache/policy.h"
 #include "cache/params.h"
 #include "meta/fmt.h"
@@ -427,6 +428,51 @@ static void test_unlink_open_then_load(void **state)
 	for (int i = 5; i < 12; i++)
 		check_block(f, i);
 	assert_true(stat_of(f, "tier.dram.blocks") <= 4);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+}
+
+/*
+ * A promotion (the mover's, or a PREFETCH's in the background) of a block
+ * that was unlinked after the promotion took its reference: the unlink
+ * gave the SSD extent back, another block's write-back took it, and the
+ * promotion must not read it as the deleted block's copy (it would fail
+ * verification: a false checksum failure in the log and the stats).
+ */
+static void test_promote_after_unlink(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	struct kvfs_block *b, *b2;
+	uint64_t off;
+
+	assert_int_equal(put_block(f, 0, &b), 0);
+	assert_int_equal(kvfs_cache_sync(f->c, b), 0);
+	assert_int_equal(kvfs_dram_drop(f->c, b), 0);
+	assert_null(atomic_load(&b->dram_ptr));
+	off = b->ssd.off;
+	/* The promotion's reference, taken before the unlink. */
+	kvfs_block_get_ref(b);
+	make_block(f, 0, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_unlink(f->c, f->ns, name), 0);
+	kvfs_cache_put(f->c, b); /* put_block's */
+	/* The next write-back takes the extent (the test needs it). */
+	assert_int_equal(put_block(f, 1, &b2), 0);
+	assert_int_equal(kvfs_cache_sync(f->c, b2), 0);
+	assert_int_equal(b2->ssd.off, off);
+
+	assert_int_equal(kvfs_promote_load(f->c, b), -ENOENT);
+	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
+	assert_null(atomic_load(&b->dram_ptr));
+	kvfs_cache_put(f->c, b);
+	/* A block with a DRAM copy is left as it is. */
+	assert_int_equal(kvfs_promote_load(f->c, b2), -EEXIST);
+	/* And one only on the SSD is loaded, as before. */
+	assert_int_equal(kvfs_dram_drop(f->c, b2), 0);
+	assert_int_equal(kvfs_promote_load(f->c, b2), 0);
+	assert_non_null(atomic_load(&b2->dram_ptr));
+	kvfs_cache_put(f->c, b2);
+	check_block(f, 1);
 	assert_int_equal(stat_of(f, "cache.checksum_errors"), 0);
 }
 
@@ -914,6 +960,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_while_open, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_promote_after_unlink,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_open_then_load,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ssd_pressure, setup,
