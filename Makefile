@@ -304,7 +304,8 @@ test-gpu: deps
 # in both of the stand-in's stream orders (lazy: a missing wait for a
 # writer shows; eager: a missing wait for a reader shows). Built apart,
 # in $(BUILD)-cudaemu; bench_restore_cuda is built there but not run, and
-# bench_gpu_fetch runs once, small, as a check that its FETCH lands right.
+# bench_gpu_fetch runs small, as a check that its FETCH lands right, and
+# once with --hidden, so that a FETCH restoring on the GPU runs too.
 EMU_BUILD := $(BUILD)-cudaemu
 EMU_UNIT := $(GPU_UNIT)
 EMU_ENV := KVFS_TEST_GPU=cuda \
@@ -329,6 +330,10 @@ test-gpu-emu: deps
 	$(EMU_ENV) $(EMU_BUILD)/bench/bench_gpu_fetch --backend cuda --bytes 32M \
 		--iters 1 --no-sweep >$(EMU_BUILD)/bench_gpu_fetch.log 2>&1 || \
 		{ cat $(EMU_BUILD)/bench_gpu_fetch.log; fail=1; }; \
+	echo "  EMU    bench_gpu_fetch --hidden (a small FETCH restored on the GPU)"; \
+	$(EMU_ENV) $(EMU_BUILD)/bench/bench_gpu_fetch --backend cuda --hidden \
+		--layers 2 --bytes 4M --iters 1 >$(EMU_BUILD)/bench_gpu_fetch_h.log 2>&1 || \
+		{ cat $(EMU_BUILD)/bench_gpu_fetch_h.log; fail=1; }; \
 	for t in $(GPU_ITEST); do \
 		echo "  EMU    $$t"; \
 		BUILD=$(EMU_BUILD) $(EMU_ENV) bash $$t || fail=1; \

@@ -37,6 +37,19 @@
  *                   [--block-tokens 16|32] [--iters N] [--dir DIR]
  *                   [--no-sweep] [--summary FILE]
  *                   [--pinned auto|yes|no] [--dram SIZE]
+ *                   [--hidden [--layers N]]
+ *
+ * --hidden [--layers N] is figure [11h]: the same FETCH of a prefix whose
+ * blocks are stored as hidden states (HCache), so that FETCH restores each
+ * into the pool (on the GPU restorer with cuda, on the CPU into the shm
+ * mapping): a Llama-7B-like geometry (N layers, default 32; 32 x 128 KV
+ * heads, hidden size 4096, so the stored states are half the K/V bytes),
+ * random BF16 weights in a checkpoint written to the store's directory.
+ * The baseline is the same raw copy of the K/V bytes FETCH delivers, so
+ * the ratio says whether restoring beats moving the K/V form (which FETCH
+ * does at 0.95-0.97 of it).  The restored bytes are not compared here
+ * (test_hcache.sh and test_restore_cuda do); the figure says how many
+ * blocks were restored into the pool and on what.  No sweep.
  *
  * --pinned sets [tier.dram] pinned, so `--pinned no` measures the staged
  * path; --dram opens a DRAM tier of at least SIZE, so the time the open
@@ -66,7 +79,9 @@
 #include "meta/fmt.h"
 #include "meta/log.h"
 #include "meta/store.h"
+#include "hcache/restore.h"
 #include "meta/util.h"
+#include "bench_ckpt_i.h"
 
 #ifdef KVFS_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -86,6 +101,8 @@ struct opts {
 	bool sweep;
 	int pinned;             /* enum kvfs_params_pinned */
 	uint64_t dram;          /* [tier.dram] capacity; 0: what the prefix needs */
+	bool hidden;            /* [11h]: blocks stored as hidden states */
+	uint32_t layers;        /* with hidden: the model's layers */
 };
 
 struct bench {
@@ -95,7 +112,8 @@ struct bench {
 	bool store_made;
 	struct kvfs_cache *c;
 	struct kvfs_ctl_session *s;
-	uint64_t file_size, payload;    /* of one block */
+	uint64_t file_size, payload;    /* of one block's K/V image */
+	uint64_t img_size;              /* of one block as stored */
 	uint32_t n;                     /* blocks in the prefix */
 	uint8_t (*keys)[KVFS_KEY_LEN];
 	double open_s;                  /* kvfs_cache_open(), pinning included */
@@ -246,6 +264,33 @@ static int cache_open(struct bench *B)
 	}
 	kvfs_cache_params_defaults(&conf);
 	kvfs_log_set_level(KVFS_LOG_WARN);
+	if (B->o.hidden) {
+		struct kvfs_hcache_params *hc = &conf.ns[0].hc;
+		uint64_t tw = now_ns();
+
+		if (snprintf(hc->weights, sizeof(hc->weights),
+			     "%s/bench-7B-like.safetensors",
+			     B->store) >= (int)sizeof(hc->weights)) {
+			fprintf(stderr, "bench_gpu_fetch: %s: too long a "
+				"path for the checkpoint\n", B->store);
+			return -ENAMETOOLONG;
+		}
+		rc = bench_write_ckpt(hc->weights, B->g.n_layers,
+				      B->g.hidden_size,
+				      B->g.n_kv_heads * B->g.head_dim);
+		if (rc) {
+			fprintf(stderr, "bench_gpu_fetch: cannot write the "
+				"checkpoint %s\n", hc->weights);
+			return rc;
+		}
+		printf("  (checkpoint of random BF16 weights written in %.1f "
+		       "s)\n", (double)(now_ns() - tw) / 1e9);
+		hc->family = KVFS_FAMILY_LLAMA;
+		hc->rms_norm_eps = 1e-6;
+		hc->rope_theta = 10000;
+		hc->store_as = KVFS_STORE_HIDDEN;
+		hc->kv_layers = KVFS_PARAMS_KV_LAYERS_SCHED;
+	}
 	conf.dram_capacity = (uint64_t)B->n * img + conf.chunk_dram + 64 * MiB;
 	if (B->o.dram > conf.dram_capacity)
 		conf.dram_capacity = B->o.dram;
@@ -286,7 +331,8 @@ static int write_prefix(struct bench *B)
 	struct kvfs_ns *ns = kvfs_cache_ns_by_name(B->c, NS_NAME);
 	uint64_t poff = kvfs_fmt_payload_off(B->o.block_tokens);
 	uint32_t *tok = calloc(B->o.block_tokens, sizeof(*tok));
-	uint8_t *buf = malloc(B->file_size);
+	uint8_t *buf = malloc(B->img_size);
+	uint16_t kind = B->o.hidden ? KVFS_KIND_HIDDEN : KVFS_KIND_KV;
 	uint8_t parent[KVFS_KEY_LEN];
 	int rc = 0;
 
@@ -302,11 +348,13 @@ static int write_prefix(struct bench *B)
 
 		for (uint32_t t = 0; t < B->o.block_tokens; t++)
 			tok[t] = (i * B->o.block_tokens + t) % 128000u;
-		fill_payload(buf + poff, B->payload, i);
-		rc = kvfs_fmt_build(&B->g, KVFS_KIND_KV, parent,
+		if (B->o.hidden)
+			bench_fill_hidden(buf + poff, B->img_size - poff);
+		else
+			fill_payload(buf + poff, B->payload, i);
+		rc = kvfs_fmt_build(&B->g, kind, parent,
 				    (uint64_t)i * B->o.block_tokens, tok,
-				    B->o.block_tokens, NULL, buf,
-				    B->file_size);
+				    B->o.block_tokens, NULL, buf, B->img_size);
 		if (rc)
 			break;
 		kvfs_fmt_block_key(parent, tok, B->o.block_tokens, B->keys[i]);
@@ -316,7 +364,7 @@ static int write_prefix(struct bench *B)
 		rc = kvfs_cache_create(B->c, ns, name, &p);
 		if (rc)
 			break;
-		rc = kvfs_cache_write(p, 0, buf, B->file_size);
+		rc = kvfs_cache_write(p, 0, buf, B->img_size);
 		if (rc) {
 			kvfs_cache_abandon(B->c, p);
 			break;
@@ -589,6 +637,47 @@ static int kvfs_sample(struct bench *B, const void *req, size_t len,
 	return rc;
 }
 
+/* How many blocks FETCH restored into the pool, and on what. */
+struct restored_count {
+	uint64_t dev, gpu, fallbacks;
+	bool set;
+};
+
+/*
+ * The first call notes the counters in *@r0; the next says what the
+ * samples since then restored.  -EIO when a restoration fell back to the
+ * path through DRAM, or none went into the pool: the figure would not
+ * time what it says.
+ */
+static int restored(struct bench *B, struct restored_count *r0)
+{
+	struct kvfs_stats *st = NULL;
+	struct restored_count r;
+	int rc = kvfs_cache_stats_get(B->c, &st);
+
+	if (rc)
+		return rc;
+	r = (struct restored_count){ st->restore_to_device,
+				     st->restore_to_device_gpu,
+				     st->restore_to_device_fallbacks, true };
+	free(st);
+	if (!r0->set) {
+		*r0 = r;
+		return 0;
+	}
+	printf("  restored into the pool: %llu blocks, %llu of them on the "
+	       "GPU, %llu fell back\n",
+	       (unsigned long long)(r.dev - r0->dev),
+	       (unsigned long long)(r.gpu - r0->gpu),
+	       (unsigned long long)(r.fallbacks - r0->fallbacks));
+	if (r.dev == r0->dev || r.fallbacks != r0->fallbacks) {
+		fprintf(stderr, "bench_gpu_fetch: FETCH did not restore every "
+			"block into the pool: no [11h] figure\n");
+		return -EIO;
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------- the baseline */
 
 static int base_init(struct bench *B, uint64_t bytes)
@@ -731,13 +820,16 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "summary", required_argument, NULL, 's' },
 		{ "pinned", required_argument, NULL, 'p' },
 		{ "dram", required_argument, NULL, 'm' },
+		{ "hidden", no_argument, NULL, 'H' },
+		{ "layers", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
 
 	*o = (struct opts){ .backend = KVFS_PARAMS_GPU_SHM, .bytes = 2048 * MiB,
-			    .block_tokens = 16, .iters = 11, .sweep = true };
+			    .block_tokens = 16, .iters = 11, .sweep = true,
+			    .layers = 32 };
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'B':
@@ -790,6 +882,15 @@ static int parse(int argc, char **argv, struct opts *o)
 			if (kvfs_util_parse_size(optarg, &o->dram))
 				goto usage;
 			break;
+		case 'H':
+			o->hidden = true;
+			o->sweep = false;
+			break;
+		case 'L':
+			if (kvfs_util_parse_u32(optarg, &o->layers) ||
+			    !o->layers || o->layers > 128)
+				goto usage;
+			break;
 		default:
 			goto usage;
 		}
@@ -801,7 +902,8 @@ usage:
 			"[--device N] [--bytes SIZE (2G)]\n"
 			"       [--block-tokens 16|32] [--iters N (11)] "
 			"[--dir DIR] [--no-sweep] [--summary FILE]\n"
-			"       [--pinned auto|yes|no] [--dram SIZE]\n");
+			"       [--pinned auto|yes|no] [--dram SIZE] "
+			"[--hidden [--layers N (32)]]\n");
 	return -EINVAL;
 }
 
@@ -816,6 +918,7 @@ int main(int argc, char **argv)
 		[KVFS_PARAMS_PINNED_NO] = "no",
 	};
 	char label[96], sz[32], dsz[32];
+	struct restored_count r0 = { 0 };
 	uint64_t t0, d0, s0;
 	double k, b;
 	int rc;
@@ -843,8 +946,17 @@ int main(int argc, char **argv)
 				  .block_tokens = B.o.block_tokens,
 				  .chunk_tokens = B.o.block_tokens,
 				  .dtype = KVFS_DTYPE_BF16 };
+	if (B.o.hidden) {
+		/* MHA: the stored states are half the K/V bytes. */
+		B.g.n_layers = B.o.layers;
+		B.g.n_kv_heads = 32;
+		B.g.hidden_size = 4096;
+	}
 	B.file_size = kvfs_fmt_file_size(&B.g, KVFS_KIND_KV,
 					 B.o.block_tokens);
+	B.img_size = B.o.hidden ? kvfs_fmt_file_size(&B.g, KVFS_KIND_HIDDEN,
+						     B.o.block_tokens) :
+				  B.file_size;
 	B.payload = B.file_size - kvfs_fmt_payload_off(B.o.block_tokens);
 	if (B.o.bytes / B.payload > KVFS_CTL_MAX_BLOCKS) {
 		fprintf(stderr, "bench_gpu_fetch: --bytes: at most %u blocks "
@@ -863,21 +975,39 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out;
 	fmt_bytes((uint64_t)B.n * B.payload, sz, sizeof(sz));
-	printf("\n[11] FETCH of a %s prefix into the device pool (%s): %u "
-	       "blocks of %u tokens (Llama-3-8B-like: %llu KiB of K/V each), "
-	       "DRAM-resident, against %s of the same bytes\n",
-	       sz, be, B.n, B.o.block_tokens,
-	       (unsigned long long)(B.payload >> 10),
-	       B.o.backend == KVFS_PARAMS_GPU_CUDA ?
-		       "cudaMemcpyAsync from pinned memory" :
-		       "memcpy between two warm buffers");
+	if (B.o.hidden)
+		printf("\n[11h] FETCH of a %s prefix stored as hidden states, "
+		       "restored into the device pool (%s): %u blocks of %u "
+		       "tokens (Llama-7B-like, %u layers: %llu KiB of K/V "
+		       "each, %llu KiB stored), DRAM-resident, against %s of "
+		       "the K/V bytes\n",
+		       sz, be, B.n, B.o.block_tokens, B.g.n_layers,
+		       (unsigned long long)(B.payload >> 10),
+		       (unsigned long long)((B.img_size -
+					     kvfs_fmt_payload_off(
+						     B.o.block_tokens)) >>
+					    10),
+		       B.o.backend == KVFS_PARAMS_GPU_CUDA ?
+			       "cudaMemcpyAsync from pinned memory" :
+			       "memcpy between two warm buffers");
+	else
+		printf("\n[11] FETCH of a %s prefix into the device pool "
+		       "(%s): %u blocks of %u tokens (Llama-3-8B-like: %llu "
+		       "KiB of K/V each), DRAM-resident, against %s of the "
+		       "same bytes\n",
+		       sz, be, B.n, B.o.block_tokens,
+		       (unsigned long long)(B.payload >> 10),
+		       B.o.backend == KVFS_PARAMS_GPU_CUDA ?
+			       "cudaMemcpyAsync from pinned memory" :
+			       "memcpy between two warm buffers");
 	printf("  $ bench_gpu_fetch --backend %s --bytes %llu%s "
-	       "--block-tokens %u --iters %d%s%s (median of %d)\n", be,
+	       "--block-tokens %u --iters %d%s%s%s (median of %d)\n", be,
 	       (unsigned long long)(B.o.bytes % MiB ? B.o.bytes :
 				    B.o.bytes >> 20),
 	       B.o.bytes % MiB ? "" : "M", B.o.block_tokens, B.o.iters,
 	       B.o.pinned ? " --pinned " : "",
-	       B.o.pinned ? pin_names[B.o.pinned] : "", B.o.iters);
+	       B.o.pinned ? pin_names[B.o.pinned] : "",
+	       B.o.hidden ? " --hidden" : "", B.o.iters);
 	t0 = now_ns();
 	rc = write_prefix(&B);
 	if (rc)
@@ -888,9 +1018,20 @@ int main(int argc, char **argv)
 	       B.open_s, dsz, pin_names[B.o.pinned],
 	       (double)(now_ns() - t0) / 1e9);
 	(void)host_copies(&B, &d0, &s0);
-	rc = figure(&B, B.n, B.o.iters, true, &k, &b);
+	if (B.o.hidden)
+		restored(&B, &r0);
+	rc = figure(&B, B.n, B.o.iters, !B.o.hidden, &k, &b);
 	if (rc)
 		goto out;
+	if (B.o.hidden) {
+		rc = restored(&B, &r0);
+		if (rc)
+			goto out;
+		snprintf(label, sizeof(label),
+			 "[11h] FETCH %s prefix, hidden states (%s)", sz, be);
+		summary(B.o.summ, label, k, b, "GB/s", "-");
+		goto out;
+	}
 	snprintf(label, sizeof(label), "[11] FETCH %s prefix (%s%s%s)", sz, be,
 		 B.o.pinned ? ", pinned = " : "",
 		 B.o.pinned ? pin_names[B.o.pinned] : "");

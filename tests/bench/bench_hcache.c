@@ -62,6 +62,7 @@
 #include "tier/tier.h"
 #include "hcache/hsched.h"
 #include "hcache/restore.h"
+#include "bench_ckpt_i.h"
 #include "bench_i.h"
 #include "meta/fmt.h"
 
@@ -70,90 +71,6 @@
 #define HEAD_DIM 128
 #define BLOCK_TOKENS 64
 #define SSD_COPIES 16
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-/* A bf16 value of magnitude 2^-7..2^-5 (weights of a 4096-wide layer). */
-static uint16_t wval(void)
-{
-	uint64_t r = rnd();
-
-	return (uint16_t)((r & 1) << 15 | (uint64_t)(120 + r % 3) << 7 |
-			  (r >> 8 & 0x7f));
-}
-
-/* A checkpoint with the tensors restoration reads, as BF16. */
-static int write_ckpt(const char *path, uint32_t L, uint32_t kvd)
-{
-	size_t cap = 256 + (size_t)L * 3 * 200, o = 0;
-	uint64_t off = 0, hlen;
-	char *hdr = malloc(cap);
-	uint16_t *buf = malloc((size_t)kvd * HIDDEN * 2);
-	FILE *f = fopen(path, "wb");
-
-	if (!hdr || !buf || !f)
-		goto out_fail;
-	o += (size_t)snprintf(hdr + o, cap - o, "{");
-	for (uint32_t l = 0; l < L; l++) {
-		uint64_t nb = HIDDEN * 2ull, wb = (uint64_t)kvd * HIDDEN * 2;
-
-		o += (size_t)snprintf(
-			hdr + o, cap - o,
-			"%s\"model.layers.%u.input_layernorm.weight\":"
-			"{\"dtype\":\"BF16\",\"shape\":[%u],\"data_offsets\":"
-			"[%llu,%llu]},",
-			l ? "," : "", l, HIDDEN, (unsigned long long)off,
-			(unsigned long long)(off + nb));
-		off += nb;
-		for (int kv = 0; kv < 2; kv++) {
-			o += (size_t)snprintf(
-				hdr + o, cap - o,
-				"\"model.layers.%u.self_attn.%c_proj.weight\":"
-				"{\"dtype\":\"BF16\",\"shape\":[%u,%u],"
-				"\"data_offsets\":[%llu,%llu]}%s",
-				l, kv ? 'v' : 'k', kvd, HIDDEN,
-				(unsigned long long)off,
-				(unsigned long long)(off + wb), kv ? "" : ",");
-			off += wb;
-		}
-	}
-	o += (size_t)snprintf(hdr + o, cap - o, "}");
-	while (o % 8)
-		hdr[o++] = ' ';
-	hlen = o;
-	if (fwrite(&hlen, 8, 1, f) != 1 || fwrite(hdr, 1, o, f) != o)
-		goto out_fail;
-	for (uint32_t l = 0; l < L; l++) {
-		for (uint32_t j = 0; j < HIDDEN; j++)
-			buf[j] = 0x3f80; /* norm weights 1.0 */
-		if (fwrite(buf, 2, HIDDEN, f) != HIDDEN)
-			goto out_fail;
-		for (int kv = 0; kv < 2; kv++) {
-			for (size_t j = 0; j < (size_t)kvd * HIDDEN; j++)
-				buf[j] = wval();
-			if (fwrite(buf, 2, (size_t)kvd * HIDDEN, f) !=
-			    (size_t)kvd * HIDDEN)
-				goto out_fail;
-		}
-	}
-	free(hdr);
-	free(buf);
-	return fclose(f) ? -EIO : 0;
-out_fail:
-	free(hdr);
-	free(buf);
-	if (f)
-		fclose(f);
-	return -EIO;
-}
 
 struct model {
 	const char *name;
@@ -175,22 +92,11 @@ static int load(struct model *md, const char *dir, uint32_t L)
 		.head_dim = HEAD_DIM, .rms_norm_eps = 1e-5,
 		.rope_theta = 10000, .rope_type = KVFS_ROPE_DEFAULT,
 	};
-	rc = write_ckpt(path, L, md->kvh * HEAD_DIM);
+	rc = bench_write_ckpt(path, L, HIDDEN, md->kvh * HEAD_DIM);
 	if (!rc)
 		rc = kvfs_restore_load(&md->m, path, 0, &md->r);
 	unlink(path); /* the mapping keeps what restoration needs */
 	return rc;
-}
-
-static void fill_hidden(uint8_t *x, size_t n)
-{
-	uint16_t *p = (uint16_t *)x;
-
-	/* bf16 values of magnitude 2^-1..2^2, either sign */
-	for (size_t i = 0; i < n / 2; i++)
-		p[i] = (uint16_t)((rnd() & 1) << 15 |
-				  (uint64_t)(126 + rnd() % 3) << 7 |
-				  (rnd() & 0x7f));
 }
 
 /* [8]: one layer of @n tokens, restore against two sgemm. */
@@ -215,11 +121,11 @@ static void fig_throughput(struct model *md, uint32_t n, int iters,
 		printf("    (no figure: out of memory)\n");
 		goto out_free;
 	}
-	fill_hidden(x, hb);
+	bench_fill_hidden(x, hb);
 	for (size_t i = 0; i < (size_t)n * HIDDEN; i++)
-		xf[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
+		xf[i] = (float)(bench_rnd() % 2001) / 1000.0f - 1.0f;
 	for (size_t i = 0; i < (size_t)kvd * HIDDEN; i++)
-		w[i] = (float)(rnd() % 2001) / 64000.0f - 0.015625f;
+		w[i] = (float)(bench_rnd() % 2001) / 64000.0f - 0.015625f;
 	/* warm-up: workspace, pages, BLAS threads */
 	kvfs_restore_layer(md->r, ws, 0, x, KVFS_DTYPE_BF16, 100, n, n, kv,
 			   KVFS_DTYPE_BF16);
@@ -286,7 +192,7 @@ static int blk_init(struct blk *b, const struct model *md)
 	b->kv2 = aligned_alloc(4096, b->kb);
 	if (!b->h || !b->kv || !b->kv2)
 		return -ENOMEM;
-	fill_hidden(b->h, b->hb);
+	bench_fill_hidden(b->h, b->hb);
 	memset(b->kv2, 0x11, b->kb);
 	b->io = (struct kvfs_restore_io){
 		.hidden = b->h, .hidden_len = b->hb,

@@ -133,7 +133,9 @@ cat > "$OUT/run.sh" <<'RUN'
 # Run the bundled GPU tests, then the GPU restore benchmark, then FETCH of
 # a long prefix into the cuda pool against the raw H2D copy
 # (bench_gpu_fetch), the daemon's restore from the SSD on the GPU
-# (bench_hcache [9g]), then the mount-level suites (integration/test_*.sh)
+# (bench_hcache [9g]), FETCH of a prefix stored as hidden states restored
+# into the pool (bench_gpu_fetch --hidden, [11h]), then the mount-level
+# suites (integration/test_*.sh)
 # against the cuda backend.  With an NVIDIA GPU visible (nvidia-smi -L, or
 # /dev/nvidia0) they run with KVFS_TEST_GPU=cuda; without one the GPU
 # tests skip, the shm variants run, the benchmarks say there is no device
@@ -146,7 +148,8 @@ cat > "$OUT/run.sh" <<'RUN'
 # 4096 16384); BENCH_FETCH_BYTES: the prefix of bench_gpu_fetch (default
 # 2G; its store goes to $TMPDIR or /tmp); BENCH_DEVICE: the CUDA device
 # (default 0); BENCH_HCACHE_LAYERS: the layers of bench_hcache's model
-# (default 32); ITEST_TIMEOUT: seconds each mount-level script may take
+# (default 32); BENCH_FETCH_HIDDEN_BYTES: the K/V bytes of [11h]'s prefix
+# (default 1G); ITEST_TIMEOUT: seconds each mount-level script may take
 # (default 120; then it is killed, its mount removed, and it fails).
 # One summary line per program; exits non-zero if any failed.
 set -u
@@ -241,6 +244,25 @@ if [[ $stages == *" bench "* ]]; then
 			summary+=("$(printf '%-24s FAILED' bench_hcache)")
 		fi
 		[ -n "$hsum" ] && rm -f "$hsum"
+		# [11h]: FETCH of a prefix stored as hidden states, each
+		# block restored on the GPU into the pool, against the raw
+		# copy of its K/V bytes (BENCH_FETCH_HIDDEN_BYTES, 1G).
+		hbytes=${BENCH_FETCH_HIDDEN_BYTES:-1G}
+		echo "=== bench_gpu_fetch --backend cuda --hidden --bytes $hbytes"
+		xsum=$(mktemp "${TMPDIR:-/tmp}/gpu-fetch-h.XXXXXX") || xsum=
+		if ./bench_gpu_fetch --backend cuda --device "${BENCH_DEVICE:-0}" \
+			--hidden --bytes "$hbytes" --iters 5 \
+			${xsum:+--summary "$xsum"}; then
+			if [ -n "$xsum" ] &&
+				IFS='|' read -r label k b unit ratio goal <"$xsum"; then
+				summary+=("$(printf '%-24s %s: %s of %s %s = %s' \
+					bench_gpu_fetch "$label" "$k" "$b" "$unit" "$ratio")")
+			fi
+		else
+			fail=1
+			summary+=("$(printf '%-24s FAILED (--hidden)' bench_gpu_fetch)")
+		fi
+		[ -n "$xsum" ] && rm -f "$xsum"
 	fi
 fi
 
