@@ -5,8 +5,11 @@
 # Markdown (figures only, nothing is asserted).
 #
 # Environment: BUILD (default build), TRACE (default
-# ../shared/traces/mooncake_synthetic.jsonl), OUT (where the sweep CSV/PNG
-# go, default /tmp/kvfs-sim-bench).
+# ../shared/traces/mooncake_synthetic.jsonl), CONV_TRACE (Mooncake's
+# conversation trace, FAST25-release/traces/conversation_trace.jsonl of
+# the Mooncake repository; its tables are printed when the file is there,
+# default ../shared/traces/mooncake_conversation.jsonl), OUT (where the
+# sweep CSV/PNG go, default /tmp/kvfs-sim-bench).
 set -u
 export LC_ALL=C
 cd "$(dirname "$0")/../.."
@@ -14,6 +17,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 SIM=$BUILD/bin/kvfs-sim
 TRACE=${TRACE:-../shared/traces/mooncake_synthetic.jsonl}
+CONV_TRACE=${CONV_TRACE:-../shared/traces/mooncake_conversation.jsonl}
 OUT=${OUT:-/tmp/kvfs-sim-bench}
 POLICIES="lru arc hotprefix wa plfu belady"
 
@@ -126,6 +130,13 @@ multi "Few-shot, paper 000's two tiers: GPU 0.5%, host DRAM = GPU" \
 # 1/2/5/10% of each trace's unique blocks, hit ratio and modeled TTFT
 # (docs/policies.md, "kvfs").
 I16="--policy lru --policy arc --policy s3fifo --policy sieve --policy kvfs"
+CONV=
+if [ -r "$CONV_TRACE" ]; then
+	CONV="--trace $CONV_TRACE --format mooncake"
+else
+	echo
+	echo "(no conversation trace at $CONV_TRACE: its tables are left out)"
+fi
 echo
 echo "### kvfs against lru, arc, s3fifo and sieve (bold: best online)"
 # title|source|more policies (belady needs one cache, so not the fleet)
@@ -137,7 +148,9 @@ for set in "mooncake|$MOON|--policy belady" \
 	"chat seed 42|--gen chat --seed 42|--policy belady" \
 	"chat seed 7|--gen chat --seed 7|--policy belady" \
 	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr|" \
-	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|"; do
+	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|" \
+	${CONV:+"mooncake conversation|$CONV|--policy belady"} \
+	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr|"}; do
 	title=${set%%|*}
 	rest=${set#*|}
 	echo
