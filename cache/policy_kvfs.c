@@ -34,6 +34,13 @@
  *    context again, so hits there say the session goes on, not that the
  *    block is popular, and a session that ended should leave at the
  *    next pass.
+ *  - A new session.  The full blocks of a new suffix under a shared
+ *    prefix (a system prompt every request begins with) are, on some
+ *    traces, the first turn of a conversation, read again at its next.
+ *    They are evicted first while, on average, their first reuse comes
+ *    later than main's reach: then no list could keep them for it.  When
+ *    it comes sooner, they enter main as a conversation's blocks, so the
+ *    first reuse is a hit (`sess`: 0 never, 2 always).
  *  - A conversation's refilled context.  When a conversation's blocks
  *    come back, on average, later than main keeps a block it does not hit
  *    (its reach, by Little's law), a refill is held in probation while
@@ -79,7 +86,7 @@
  * else window), prob (0), ghost (1), tail (1), suffix (1), turn (1),
  * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
  * passes a returning block gets from its sketch count), refill (1),
- * hist (1; the shadows run with 0).
+ * hist (1; the shadows run with 0), sess (1; the shadows run with 0).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
@@ -113,7 +120,8 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_REFILL (1ull << 10) /* refilled context held in probation */
 #define KV_REF (1ull << 11) /* referenced before: the stamp is set */
 #define KV_REF_SHIFT 12 /* the stamp: fills from nowhere at last reference */
-#define KV_REF_MASK ((1ull << 36) - 1)
+#define KV_REF_MASK ((1ull << 35) - 1)
+#define KV_SFIRST (1ull << 47) /* a new session's block, not read again yet */
 /* What the history table keeps of a block let go: all but KV_REFILL. */
 #define KV_KEEP (((1ull << 48) - 1) & ~KV_REFILL)
 #define KV_HIST_SHIFT 2 /* history slots: 4 per sketch counter of a row */
@@ -144,6 +152,7 @@ enum kv_opt {
 	KO_CREDIT, /* CLOCK passes a returning block gets from its history */
 	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
 	KO_HIST, /* keep what is known of blocks let go (the history table) */
+	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
 	KO_N
 };
 
@@ -165,6 +174,7 @@ static const struct kv_optdef {
 	[KO_CREDIT] = { "credit", 0, 15, 0 },
 	[KO_REFILL] = { "refill", 0, 2, 1 },
 	[KO_HIST] = { "hist", 0, 1, 1 },
+	[KO_SESS] = { "sess", 0, 2, 1 },
 };
 
 struct kv_tier {
@@ -202,6 +212,11 @@ struct kv_priv {
 	 */
 	struct kvfs_pnode *rf_last;
 	uint64_t rf_req;
+	/* The session gate: how long after their first sight the blocks of
+	 * new sessions under a shared prefix are read again, summed over
+	 * those read again, and their count; decayed with the refill gate.
+	 */
+	uint64_t ses_sum, ses_n;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -229,10 +244,15 @@ static bool kv_conv(const struct kvfs_pnode *n)
  */
 static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
 {
+	uint64_t gap = (f->fills - (n->hist[1] >> KV_REF_SHIFT)) & KV_REF_MASK;
+
 	if ((n->hist[1] & KV_REF) && kv_conv(n)) {
-		f->gap_sum += (f->fills - (n->hist[1] >> KV_REF_SHIFT)) &
-			      KV_REF_MASK;
+		f->gap_sum += gap;
 		f->gap_n++;
+	}
+	if ((n->hist[1] & (KV_REF | KV_SFIRST)) == (KV_REF | KV_SFIRST)) {
+		f->ses_sum += gap;
+		f->ses_n++;
 	}
 	n->hist[1] = (n->hist[1] & ((1ull << KV_REF_SHIFT) - 1)) | KV_REF |
 		     ((f->fills & KV_REF_MASK) << KV_REF_SHIFT);
@@ -261,6 +281,8 @@ static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
 		f->main_in >>= 1;
 		f->gap_sum >>= 1;
 		f->gap_n >>= 1;
+		f->ses_sum >>= 1;
+		f->ses_n >>= 1;
 	}
 }
 
@@ -270,17 +292,39 @@ static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
  * blocks come back later than that on average, refilling them into main
  * displaces blocks main would have hit and buys few hits of their own.
  */
-static bool kv_gate(const struct kv_priv *f)
+static uint64_t kv_reach(const struct kv_priv *f)
 {
 	uint64_t in_main = 0;
 
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		in_main += f->t[t].l[KV_MAIN].count;
+	return in_main * f->main_fills / f->main_in;
+}
+
+static bool kv_gate(const struct kv_priv *f)
+{
 	if (f->opt[KO_REFILL] != 1)
 		return f->opt[KO_REFILL] == 2;
 	if (f->gap_n < KV_GATE_MIN || f->main_in < KV_GATE_MIN)
 		return false;
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		in_main += f->t[t].l[KV_MAIN].count;
-	return f->gap_sum / f->gap_n > in_main * f->main_fills / f->main_in;
+	return f->gap_sum / f->gap_n > kv_reach(f);
+}
+
+/* Whether the first blocks of a new session under a shared prefix (a
+ * system prompt) enter main.  They are evicted first while, on average,
+ * they are read again later than main's reach: at a small cache the next
+ * turn comes too late for any list to keep them, and they would only
+ * displace what main holds.  When they come back sooner, second-sight
+ * admission would lose that first reuse, and main keeps them as a
+ * conversation's blocks.
+ */
+static bool kv_sess_gate(const struct kv_priv *f)
+{
+	if (f->opt[KO_SESS] != 1)
+		return f->opt[KO_SESS] == 2;
+	if (f->ses_n < KV_GATE_MIN || f->main_in < KV_GATE_MIN)
+		return false;
+	return f->ses_sum / f->ses_n < kv_reach(f);
 }
 
 /* Clear KV_REFILL from @q up the chain; the blocks stay where they are. */
@@ -414,7 +458,8 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 	 * the real sketch has (theirs would derive another without shadows).
 	 * Nor a history table: it would cost each shadow a cache miss per
 	 * fill and per eviction, and the horizons chosen without it are as
-	 * good (docs/policies.md, tenth round).
+	 * good (docs/policies.md, tenth round).  Nor the session gate: the
+	 * shadows choose no better with it (twelfth round).
 	 */
 	const char *keys[KO_N], *vals[KO_N];
 	char v[KO_N][16];
@@ -430,9 +475,9 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 		keys[o] = kv_opts[o].key;
 		vals[o] = v[o];
 		snprintf(v[o], sizeof(v[o]), "%u",
-			 o == KO_MINI || o == KO_HIST ? 0 :
-			 o == KO_SPAN		      ? f->span :
-							f->opt[o]);
+			 o == KO_MINI || o == KO_HIST || o == KO_SESS ? 0 :
+			 o == KO_SPAN ? f->span :
+					f->opt[o]);
 	}
 	for (size_t c = 0; c < KV_NCAND; c++) {
 		snprintf(v[KO_WINDOW], sizeof(v[KO_WINDOW]), "%u", kv_cand[c]);
@@ -533,6 +578,17 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			f->rf_req = a ? a->request : 0;
 		} else {
 			cls = kv_class(f, n, seen, tier, known);
+		}
+		if (f->opt[KO_SESS] && cls == KV_TAIL && !seen && !known &&
+		    n->tokens >= f->maxtok) {
+			/* A full block on the tail's list is a new suffix of
+			 * a shared prefix: a new session's, or a one-off query.
+			 */
+			n->hist[1] |= KV_SFIRST;
+			if (kv_sess_gate(f)) {
+				n->hist[1] |= KV_CONV;
+				cls = KV_MAIN;
+			}
 		}
 		kv_fill(p, f, cls == KV_MAIN);
 		/* Below a turn is the same conversation. */

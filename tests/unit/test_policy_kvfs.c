@@ -536,6 +536,70 @@ static void test_refill_forget(void **state)
 	kvfs_policy_free(p);
 }
 
+/* New sessions under one system prompt h: 80 of them, each session's
+ * block read again by the next request, so their first reuse comes long
+ * before main's reach.  With `sess` = 1 the gate then opens and the next
+ * session's block enters main, outliving a newer new chain r; before it
+ * has seen enough (no session read again), and with `sess` = 0, the
+ * block is a suffix of a shared prefix and goes first.
+ */
+static void run_session(const char *mode, bool reread)
+{
+	enum { NS = 80 };
+	const char *k[] = { "sess", "mini" }, *v[] = { mode, "0" };
+	uint64_t cap[KVFS_NTIERS] = { 1024, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, s[NS], sn, r;
+	struct kvfs_pnode *path[2] = { &h, NULL };
+	struct kvfs_paccess a = { .hit = true };
+	bool open = !strcmp(mode, "2") || (!strcmp(mode, "1") && reread);
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 2, cap, &p), 0);
+	mknode(&h, 100, NULL, 16);
+	ins(p, GPU, &h, 1);
+	for (uint64_t i = 0; i < NS; i++) {
+		a.now = a.request = 2 * i + 2;
+		kvfs_policy_access(p, path, 1, &a);
+		mknode(&s[i], 200 + i, &h, 16);
+		ins(p, GPU, &s[i], a.request);
+		if (!reread)
+			continue;
+		a.now = a.request = 2 * i + 3; /* the session's next turn */
+		path[1] = &s[i];
+		kvfs_policy_access(p, path, 2, &a);
+	}
+	a.now = a.request = 2 * NS + 2;
+	kvfs_policy_access(p, path, 1, &a);
+	mknode(&sn, 300, &h, 16);
+	ins(p, GPU, &sn, a.request);
+	mknode(&r, 301, NULL, 16);
+	ins(p, GPU, &r, a.request + 1);
+	if (open) {
+		assert_ptr_equal(evict(p, GPU), &r);
+	} else if (reread) {
+		assert_ptr_equal(evict(p, GPU), &sn);
+		assert_ptr_equal(evict(p, GPU), &r);
+	} else {
+		/* The sessions never read again wait on the same list,
+		 * older: they go first, then sn, then r.  (s[0], h's first
+		 * suffix, was taken for a conversation's next turn: main.)
+		 */
+		for (int i = 1; i < NS; i++)
+			assert_ptr_equal(evict(p, GPU), &s[i]);
+		assert_ptr_equal(evict(p, GPU), &sn);
+		assert_ptr_equal(evict(p, GPU), &r);
+	}
+	kvfs_policy_free(p);
+}
+
+static void test_session(void **state)
+{
+	run_session("1", true);
+	run_session("1", false);
+	run_session("0", true);
+	run_session("2", false);
+}
+
 static void mref(struct kvfs_pmini *m, struct kvfs_pnode *n, uint64_t r)
 {
 	struct kvfs_paccess a = { .now = r, .request = r };
@@ -627,6 +691,7 @@ int main(void)
 		cmocka_unit_test(test_history),
 		cmocka_unit_test(test_refill),
 		cmocka_unit_test(test_refill_forget),
+		cmocka_unit_test(test_session),
 		cmocka_unit_test(test_mini_tree),
 		cmocka_unit_test(test_mini_sample),
 	};
