@@ -286,11 +286,9 @@ static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
 	}
 }
 
-/* Whether a conversation's refilled context is held in probation.  Main
- * keeps a block it does not hit for its reach (blocks in main over
- * entries into main per fill: Little's law).  When a conversation's
- * blocks come back later than that on average, refilling them into main
- * displaces blocks main would have hit and buys few hits of their own.
+/* Main's reach, in fills from nowhere: how long main keeps a block it
+ * does not hit (blocks in main over entries into main per fill: Little's
+ * law).  Callers make sure main_in is not 0.
  */
 static uint64_t kv_reach(const struct kv_priv *f)
 {
@@ -301,6 +299,11 @@ static uint64_t kv_reach(const struct kv_priv *f)
 	return in_main * f->main_fills / f->main_in;
 }
 
+/* Whether a conversation's refilled context is held in probation.  When
+ * a conversation's blocks come back later than main's reach on average,
+ * refilling them into main displaces blocks main would have hit and buys
+ * few hits of their own.
+ */
 static bool kv_gate(const struct kv_priv *f)
 {
 	if (f->opt[KO_REFILL] != 1)
