@@ -326,6 +326,7 @@ static void test_options(void **state)
 	const char *k7[] = { "turn" }, *v7[] = { "2" };
 	const char *k8[] = { "conv" }, *v8[] = { "4" };
 	const char *k9[] = { "refill" }, *v9[] = { "3" };
+	const char *k10[] = { "sess" }, *v10[] = { "3" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -341,6 +342,8 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k7, v7, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k8, v8, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k9, v9, 1, cap, &p), -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k10, v10, 1, cap, &p),
+			 -EINVAL);
 }
 
 /* The history table gives a key's word back once, keeps the keys put
