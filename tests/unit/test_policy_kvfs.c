@@ -539,6 +539,77 @@ static void test_refill_forget(void **state)
 	kvfs_policy_free(p);
 }
 
+/* The refill gate's margin.  80 conversations, each a user's prompt u[i]
+ * (hit once, so in main) and a turn t[i] under it, are read again after
+ * 80 fills of one-off blocks: the mean gap between a conversation's
+ * references is then 158 fills.  @gone of them are let go, which leaves
+ * main's reach (blocks in main over entries into main per fill) at
+ * (161 - 2 x @gone) x 241 / 161 fills when conversation 0 comes back.
+ * With @gone = 36 the reach is 133: the mean is past it, but by less
+ * than a third, and the refill enters main, so a next turn n follows it
+ * there and a newer one-off block r goes first.  With @gone = 46 the
+ * reach is 103 and the refill is held: t[0] and n go before r.
+ */
+static void run_refill_margin(unsigned gone, bool held)
+{
+	enum { NC = 80, NF = 80 };
+	const char *k[] = { "mini" }, *v[] = { "0" };
+	uint64_t cap[KVFS_NTIERS] = { 4096, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode u[NC], t[NC], f, n, r, *x, *y;
+	struct kvfs_pnode *path[2];
+	struct kvfs_paccess a = { .hit = true };
+	uint64_t req = 1;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	for (unsigned i = 0; i < NC; i++) {
+		mknode(&u[i], 1000 + i, NULL, 16);
+		mknode(&t[i], 2000 + i, &u[i], 16);
+		ins(p, GPU, &u[i], req);
+		a.now = a.request = ++req;
+		path[0] = &u[i];
+		kvfs_policy_access(p, path, 1, &a);
+		ins(p, GPU, &t[i], req++); /* u[i]'s first suffix: a turn */
+	}
+	for (unsigned j = 0; j < NF; j++) {
+		mknode(&f, 3000 + j, NULL, 16);
+		ins(p, GPU, &f, req++);
+		kvfs_policy_forget(p, &f);
+	}
+	for (unsigned i = 0; i < NC; i++) {
+		a.now = a.request = req++;
+		path[0] = &u[i];
+		path[1] = &t[i];
+		kvfs_policy_access(p, path, 2, &a);
+	}
+	for (unsigned i = 0; i < gone; i++) {
+		kvfs_policy_forget(p, &t[i]);
+		kvfs_policy_forget(p, &u[i]);
+	}
+	/* Conversation 0's next request: its context refilled, then a new
+	 * block past it.
+	 */
+	ins(p, GPU, &u[0], req);
+	ins(p, GPU, &t[0], req);
+	mknode(&n, 4000, &t[0], 16);
+	ins(p, GPU, &n, req++);
+	mknode(&r, 4001, NULL, 16);
+	ins(p, GPU, &r, req);
+	if (held) {
+		x = evict(p, GPU);
+		y = evict(p, GPU);
+		assert_true((x == &t[0] && y == &n) || (x == &n && y == &t[0]));
+	}
+	assert_ptr_equal(evict(p, GPU), &r);
+	kvfs_policy_free(p);
+}
+
+static void test_refill_margin(void **state)
+{
+	run_refill_margin(36, false);
+	run_refill_margin(46, true);
+}
+
 /* New sessions under one system prompt h: 80 of them, each session's
  * block read again by the next request, so their first reuse comes long
  * before main's reach.  With `sess` = 1 the gate then opens and the next
@@ -694,6 +765,7 @@ int main(void)
 		cmocka_unit_test(test_history),
 		cmocka_unit_test(test_refill),
 		cmocka_unit_test(test_refill_forget),
+		cmocka_unit_test(test_refill_margin),
 		cmocka_unit_test(test_session),
 		cmocka_unit_test(test_mini_tree),
 		cmocka_unit_test(test_mini_sample),
