@@ -42,12 +42,12 @@
  *    it comes sooner, they enter main as a conversation's blocks, so the
  *    first reuse is a hit (`sess`: 0 never, 2 always).
  *  - A conversation's refilled context.  When a conversation's blocks
- *    come back, on average, a third later than main keeps a block it does
- *    not hit (its reach, by Little's law), a refill is held in probation while
- *    its request runs: if the request goes on past it with a new block
- *    (the next turn) it stays there, and main keeps the blocks many
- *    requests share; if not (a question asked again) it moves to main
- *    (`refill`: 0 always main, 2 always held).
+ *    come back, on average, a third later than main keeps a block it
+ *    does not hit (its reach, by Little's law), a refill is held in
+ *    probation while its request runs: if the request goes on past it
+ *    with a new block (the next turn) it stays there, and main keeps the
+ *    blocks many requests share; if not (a question asked again) it
+ *    moves to main (`refill`: 0 always main, 2 always held).
  *  - History outlives the node.  The daemon frees a block's node when the
  *    block leaves the last tier; what the policy learnt of it (suffix
  *    count, conversation and shared flags, when it was last referenced)
@@ -304,6 +304,14 @@ static uint64_t kv_reach(const struct kv_priv *f)
 	return in_main * f->main_fills / f->main_in;
 }
 
+/* Whether a gate with @n samples has seen enough to decide: both its own
+ * mean and main's reach want KV_GATE_MIN.
+ */
+static bool kv_gate_ready(const struct kv_priv *f, uint64_t n)
+{
+	return n >= KV_GATE_MIN && f->main_in >= KV_GATE_MIN;
+}
+
 /* Whether a conversation's refilled context is held in probation.  When
  * a conversation's blocks come back later than main's reach on average,
  * refilling them into main displaces blocks main would have hit and buys
@@ -318,7 +326,7 @@ static bool kv_gate(const struct kv_priv *f)
 {
 	if (f->opt[KO_REFILL] != 1)
 		return f->opt[KO_REFILL] == 2;
-	if (f->gap_n < KV_GATE_MIN || f->main_in < KV_GATE_MIN)
+	if (!kv_gate_ready(f, f->gap_n))
 		return false;
 	return KV_GATE_DEN * (f->gap_sum / f->gap_n) >
 	       KV_GATE_NUM * kv_reach(f);
@@ -336,7 +344,7 @@ static bool kv_sess_gate(const struct kv_priv *f)
 {
 	if (f->opt[KO_SESS] != 1)
 		return f->opt[KO_SESS] == 2;
-	if (f->ses_n < KV_GATE_MIN || f->main_in < KV_GATE_MIN)
+	if (!kv_gate_ready(f, f->ses_n))
 		return false;
 	return f->ses_sum / f->ses_n < kv_reach(f);
 }
