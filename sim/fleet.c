@@ -29,6 +29,8 @@ struct fcache {
 
 struct fleet {
 	const struct kvfs_sim *s;
+	const struct kvfs_sim_model *model; /* TTFT */
+	double kvb; /* KV bytes per token under model */
 	struct kvfs_paccess a;
 	uint32_t *stack; /* orphan walk */
 };
@@ -153,6 +155,25 @@ static unsigned fleet_host(const struct kvfs_sim *s,
 	return (unsigned)(i % c->hosts);
 }
 
+/* Modeled TTFT of request @q that found @hit_tok tokens cached, of
+ * which @shared_tok only in the shared tier.
+ */
+static void fleet_ttft(const struct fleet *f, const struct sim_req *q,
+		       uint64_t hit_tok, uint64_t shared_tok,
+		       struct kvfs_fleet_stats *st)
+{
+	const struct kvfs_sim_model *m = f->model;
+	double bw = m->net_bps;
+
+	if (m->pcie_bps > 0 && (bw <= 0 || m->pcie_bps < bw))
+		bw = m->pcie_bps;
+	st->ttft_s += kvfs_sim_prefill_s(m, (double)hit_tok,
+					 (double)(q->tokens - hit_tok));
+	if (bw > 0)
+		st->ttft_s += (double)shared_tok * f->kvb / bw;
+	st->ttft_nocache_s += kvfs_sim_prefill_s(m, 0, q->tokens);
+}
+
 /* One request at host cache @h (NULL: none) with shared cache @sh. */
 static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
 			  size_t i, struct kvfs_pnode **PL,
@@ -162,6 +183,7 @@ static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
 	const struct sim_req *q = &s->req[i];
 	const uint32_t *idx = &s->path[q->off];
 	uint32_t n = q->len, hit = 0, nl = 0, ns = 0;
+	uint64_t hit_tok = 0, shared_tok = 0;
 
 	f->a.now = q->ts_ms;
 	f->a.request = i + 1;
@@ -189,13 +211,16 @@ static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
 		} else if (r && r->tiers) {
 			PS[ns++] = r;
 			st->hit_shared++;
+			shared_tok += s->tokens[idx[hit]];
 		} else {
 			break;
 		}
+		hit_tok += s->tokens[idx[hit]];
 	}
 	st->requests++;
 	st->block_accesses += n;
 	st->hit_blocks += hit;
+	fleet_ttft(f, q, hit_tok, shared_tok, st);
 	if (h) {
 		fleet_access(f, h, PL, nl);
 		/* shared hits are loaded, misses computed: all cached */
@@ -215,7 +240,9 @@ static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
 int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
 		       struct kvfs_fleet_stats *st)
 {
-	struct fleet f = { .s = s };
+	struct fleet f = { .s = s,
+			   .model = &c->model,
+			   .kvb = kvfs_sim_kv_bytes(&c->model) };
 	struct fcache *host = NULL, shared = { 0 };
 	struct kvfs_pnode **PL = NULL, **PS = NULL;
 	int ret = -EINVAL;

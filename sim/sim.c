@@ -249,12 +249,18 @@ void kvfs_sim_model_default(struct kvfs_sim_model *m)
 	m->flops = 400e12;   /* ~40% of an H100's dense BF16 peak */
 	m->pcie_bps = 25e9;  /* PCIe 4.0 x16, effective */
 	m->ssd_bps = 6e9;    /* one NVMe 4.0 drive, sequential */
+	m->net_bps = 12.5e9; /* a 100 Gb/s NIC to the shared tier */
 	m->params = 8.03e9;  /* Llama-3-8B */
 	m->layers = 32;
 	m->hidden = 4096;
 	m->kv_heads = 8;
 	m->head_dim = 128;
 	m->dtype_bytes = 2;
+}
+
+double kvfs_sim_kv_bytes(const struct kvfs_sim_model *m)
+{
+	return 2.0 * m->layers * m->kv_heads * m->head_dim * m->dtype_bytes;
 }
 
 /* ---- one replay ---- */
@@ -446,8 +452,8 @@ static void sim_promote(struct run *r, struct kvfs_pmove *plan)
 	}
 }
 
-static double prefill_s(const struct kvfs_sim_model *m, double hit,
-			double miss)
+double kvfs_sim_prefill_s(const struct kvfs_sim_model *m, double hit,
+			  double miss)
 {
 	double f = 2.0 * m->params * miss +
 		   4.0 * m->layers * (double)m->hidden * miss *
@@ -487,12 +493,13 @@ static void sim_request(struct run *r, size_t i, struct kvfs_pnode **P)
 		tok_hit[t] += P[j]->tokens;
 		hit_tok += P[j]->tokens;
 	}
-	ttft = prefill_s(&r->c->model, (double)hit_tok,
-			 (double)(q->tokens - hit_tok));
+	ttft = kvfs_sim_prefill_s(&r->c->model, (double)hit_tok,
+				  (double)(q->tokens - hit_tok));
 	for (int t = 1; t < KVFS_NTIERS; t++)
 		ttft += move_s(r, t, tok_hit[t]);
 	r->st->ttft_s += ttft;
-	r->st->ttft_nocache_s += prefill_s(&r->c->model, 0, q->tokens);
+	r->st->ttft_nocache_s +=
+		kvfs_sim_prefill_s(&r->c->model, 0, q->tokens);
 
 	if (h) {
 		r->a.hit = true;
@@ -574,8 +581,7 @@ int kvfs_sim_run(struct kvfs_sim *s, const struct kvfs_sim_conf *c,
 		x->size = 1;
 		x->next_use = UINT64_MAX;
 	}
-	r.kvb = 2.0 * c->model.layers * c->model.kv_heads * c->model.head_dim *
-		c->model.dtype_bytes;
+	r.kvb = kvfs_sim_kv_bytes(&c->model);
 	for (size_t i = 0; i < s->nreq; i++) {
 		r.st = i < c->warmup ? &r.dummy : st;
 		sim_request(&r, i, P);

@@ -43,6 +43,7 @@ struct kvfs_sim_model {
 	double flops;        /* effective prefill FLOP/s */
 	double pcie_bps;     /* host<->GPU bytes/s */
 	double ssd_bps;      /* SSD read/write bytes/s */
+	double net_bps;      /* host<->shared tier bytes/s (fleet) */
 	double params;       /* model parameters */
 	uint32_t layers;
 	uint32_t hidden;     /* model width (query heads x head dim) */
@@ -128,6 +129,10 @@ int kvfs_sim_run(struct kvfs_sim *s, const struct kvfs_sim_conf *c,
  * loaded), and the blocks it had to compute are written to the shared
  * tier (admit = all). Either capacity may be 0 (no private caches: one
  * shared tier; no shared tier: private caches only).
+ * TTFT is modeled as in the single-tier replay: the prefill of the tokens
+ * past the hit, with a private hit free (the private cache stands where
+ * the single tier does, so their tables compare) and a shared hit loaded
+ * at the slower of @model's NIC and PCIe rates.
  */
 enum kvfs_fleet_route {
 	KVFS_FLEET_RR = 0,       /* request i to host i mod hosts */
@@ -143,6 +148,7 @@ struct kvfs_fleet_conf {
 	int route;            /* enum kvfs_fleet_route */
 	uint64_t host_cap;    /* blocks per host; 0 = none */
 	uint64_t shared_cap;  /* blocks; 0 = no shared tier */
+	struct kvfs_sim_model model; /* TTFT; zeroed: none (0 s) */
 };
 
 struct kvfs_fleet_stats {
@@ -151,6 +157,8 @@ struct kvfs_fleet_stats {
 	uint64_t hit_local;    /* found in the request's host */
 	uint64_t hit_shared;   /* found only in the shared tier */
 	uint64_t shared_writes; /* blocks written to the shared tier */
+	double ttft_s;         /* sum of modeled TTFT */
+	double ttft_nocache_s; /* the same without any cache */
 };
 
 /*

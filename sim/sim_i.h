@@ -33,4 +33,16 @@ struct kvfs_sim {
 	uint32_t maxlen;
 };
 
+struct kvfs_sim_model;
+
+/*
+ * kvfs_sim_prefill_s() - modeled prefill seconds of @miss tokens computed
+ * after @hit tokens found in the cache (their attention reads the hit
+ * ones), under @m; 0 when @m has no FLOP rate.
+ */
+double kvfs_sim_prefill_s(const struct kvfs_sim_model *m, double hit,
+			  double miss);
+/* kvfs_sim_kv_bytes() - bytes of K and V of one token under @m. */
+double kvfs_sim_kv_bytes(const struct kvfs_sim_model *m);
+
 #endif

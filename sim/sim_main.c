@@ -76,6 +76,7 @@ static void usage(FILE *f)
 "  --flops F             effective prefill FLOP/s (4e14)\n"
 "  --pcie-gbps G         host<->GPU GB/s (25)\n"
 "  --ssd-gbps G          SSD GB/s (6)\n"
+"  --net-gbps G          host<->shared tier GB/s, fleet (12.5)\n"
 "  --model-params N      parameters (8.03e9)\n"
 "  --layers N --hidden N --kv-heads N --head-dim N --dtype-bytes N\n"
 "                        (32, 4096, 8, 128, 2)\n"
@@ -96,7 +97,7 @@ enum {
 	O_TRACE = 256, O_FORMAT, O_BT, O_GEN, O_GENREQ, O_SEED, O_GENOUT,
 	O_POLICY, O_OPT, O_CAP, O_CAPPCT, O_GPU, O_DRAM, O_SSD, O_PEVERY,
 	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
-	O_SSDBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
+	O_SSDBW, O_NETBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
 	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT, O_TABLES, O_TABLEPCT,
 };
 
@@ -124,6 +125,7 @@ static const struct option longopts[] = {
 	{ "flops", required_argument, NULL, O_FLOPS },
 	{ "pcie-gbps", required_argument, NULL, O_PCIE },
 	{ "ssd-gbps", required_argument, NULL, O_SSDBW },
+	{ "net-gbps", required_argument, NULL, O_NETBW },
 	{ "model-params", required_argument, NULL, O_PARAMS },
 	{ "layers", required_argument, NULL, O_LAYERS },
 	{ "hidden", required_argument, NULL, O_HIDDEN },
@@ -276,6 +278,10 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		case O_SSDBW:
 			rc = parse_dbl(name, optarg, &m->ssd_bps);
 			m->ssd_bps *= 1e9;
+			break;
+		case O_NETBW:
+			rc = parse_dbl(name, optarg, &m->net_bps);
+			m->net_bps *= 1e9;
 			break;
 		case O_PARAMS: rc = parse_dbl(name, optarg, &m->params);
 			break;
@@ -592,14 +598,17 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 				     .vals = vals, .hosts = o->fleet };
 
 	c.nopts = policy_opts(o, pol, keys, vals);
+	c.model = o->c.model;
 	printf("| per host | hosts | policy | private rr | private affinity "
 	       "| shared only (hosts x per host) | private + shared (rr) "
-	       "| of which shared |\n"
-	       "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+	       "| of which shared | TTFT ms, private rr "
+	       "| TTFT ms, private + shared (rr) |\n"
+	       "| --- | --- | --- | --- | --- | --- | --- | --- | ---: "
+	       "| ---: |\n");
 	while (*p) {
 		char *end;
 		double pct = strtod(p, &end);
-		double r[4] = { 0 }, via_shared = 0;
+		double r[4] = { 0 }, ms[4] = { 0 }, via_shared = 0;
 		struct kvfs_fleet_stats st;
 		uint64_t cap;
 		int ret;
@@ -624,6 +633,9 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 			if (ret)
 				return ret;
 			r[k] = ratio(st.hit_blocks, st.block_accesses);
+			ms[k] = st.requests ? 1e3 * st.ttft_s /
+						      (double)st.requests :
+					      0;
 			if (k == 3)
 				via_shared = ratio(st.hit_shared,
 						   st.block_accesses);
@@ -635,7 +647,12 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 			else
 				printf(" %.1f%% |", 100 * r[k]);
 		}
-		printf(" %.1f%% |\n", 100 * via_shared);
+		printf(" %.1f%% |", 100 * via_shared);
+		if (r[0] < 0)
+			printf(" - |");
+		else
+			printf(" %.1f |", ms[0]);
+		printf(" %.1f |\n", ms[3]);
 		fflush(stdout);
 	}
 	return 0;
@@ -691,10 +708,13 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 				};
 				struct kvfs_fleet_stats fs;
 
+				c.model = o->c.model;
 				ret = kvfs_sim_fleet_run(s, &c, &fs);
 				v[0][i][k] = ratio(fs.hit_blocks,
 						   fs.block_accesses);
-				v[1][i][k] = 0;
+				v[1][i][k] = fs.requests ? 1e3 * fs.ttft_s /
+							   (double)fs.requests :
+							   0;
 			} else {
 				ret = run_one(o, s, pol[i], cap, &st);
 				v[0][i][k] = ratio(st.hit_blocks,
@@ -710,10 +730,11 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 			}
 		}
 	}
-	for (int m = 0; m < (o->fleet ? 1 : 2); m++) {
-		printf("\n%s\n\n| policy |", m ? "mean TTFT, ms (lower is better)" :
-				    o->fleet ? "block hit ratio, private caches" :
-					       "block hit ratio");
+	for (int m = 0; m < 2; m++) {
+		printf("\n%s%s\n\n| policy |",
+		       m ? "mean TTFT, ms (lower is better)" :
+			   "block hit ratio",
+		       o->fleet ? ", private caches" : "");
 		for (unsigned k = 0; k < np; k++)
 			printf(" %g%% |", pct[k]);
 		printf("\n| --- |");

@@ -339,6 +339,55 @@ static void test_fleet_hand(void **state)
 	kvfs_sim_free(s);
 }
 
+/*
+ * The fleet's TTFT model: one host without a shared tier is the
+ * single-tier replay; a shared hit adds its load at the slower of the
+ * NIC and PCIe, and nothing else does.
+ */
+static void test_fleet_ttft(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_stats one = run(s, "lru", 4, 0);
+	struct kvfs_fleet_conf c = { .policy = "lru",
+				     .hosts = 1,
+				     .route = KVFS_FLEET_RR,
+				     .host_cap = 4 };
+	struct kvfs_fleet_stats f, fast, slow;
+	double kvb, want;
+
+	kvfs_sim_model_default(&c.model);
+	kvb = 2.0 * c.model.layers * c.model.kv_heads * c.model.head_dim *
+	      c.model.dtype_bytes;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &f), 0);
+	assert_true(one.ttft_s > 0 && one.ttft_s < one.ttft_nocache_s);
+	assert_true(f.ttft_s > one.ttft_s * (1 - 1e-12) &&
+		    f.ttft_s < one.ttft_s * (1 + 1e-12));
+	assert_true(f.ttft_nocache_s > one.ttft_nocache_s * (1 - 1e-12) &&
+		    f.ttft_nocache_s < one.ttft_nocache_s * (1 + 1e-12));
+	/* Two hosts and a shared tier (test_fleet_hand): 1 2 3, 1,536
+	 * tokens, come from the shared tier; the NIC (12.5 GB/s) is slower
+	 * than PCIe, and a tenth of PCIe's rate makes PCIe the bound.
+	 */
+	c.hosts = 2;
+	c.shared_cap = 8;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &f), 0);
+	assert_int_equal(f.hit_shared, 3);
+	c.model.net_bps = 0;
+	c.model.pcie_bps = 0; /* loads free: prefill alone */
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &fast), 0);
+	want = 1536 * kvb / 12.5e9;
+	assert_true(f.ttft_s - fast.ttft_s > want * (1 - 1e-9) &&
+		    f.ttft_s - fast.ttft_s < want * (1 + 1e-9));
+	c.model.net_bps = 12.5e9;
+	c.model.pcie_bps = 1.25e9;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &slow), 0);
+	want = 1536 * kvb / 1.25e9;
+	assert_true(slow.ttft_s - fast.ttft_s > want * (1 - 1e-9) &&
+		    slow.ttft_s - fast.ttft_s < want * (1 + 1e-9));
+	assert_true(fast.ttft_nocache_s == f.ttft_nocache_s);
+	kvfs_sim_free(s);
+}
+
 /* On a generated workload, hosts that share one tier beat private
  * caches of the same total size under round-robin routing.
  */
@@ -588,6 +637,7 @@ int main(void)
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_fleet_hand),
 		cmocka_unit_test(test_fleet_shared_wins),
+		cmocka_unit_test(test_fleet_ttft),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
