@@ -82,7 +82,7 @@ static void usage(FILE *f)
 "                        (32, 4096, 8, 128, 2)\n"
 "  --tables              markdown tables of hit ratio and mean TTFT, every\n"
 "                        policy (or the --policy list) by capacity; with\n"
-"                        --fleet, the private-cache (rr) hit ratio\n"
+"                        --fleet, of the private caches (--route, rr)\n"
 "  --table-pcts LIST     capacities, %% of unique blocks (1,2,5,10)\n"
 "fleet (several hosts, one shared tier; docs/remote.md):\n"
 "  --fleet N             N hosts: private caches of X%% of the unique\n"
