@@ -380,6 +380,12 @@ static double ratio(uint64_t a, uint64_t b)
 	return b ? (double)a / (double)b : 0.0;
 }
 
+/* Mean milliseconds of @s seconds over @n requests; 0 without any. */
+static double mean_ms(double s, uint64_t n)
+{
+	return n ? 1e3 * s / (double)n : 0.0;
+}
+
 static double per(uint64_t ns, uint64_t n)
 {
 	return n ? (double)ns / (double)n : 0.0;
@@ -633,9 +639,7 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 			if (ret)
 				return ret;
 			r[k] = ratio(st.hit_blocks, st.block_accesses);
-			ms[k] = st.requests ? 1e3 * st.ttft_s /
-						      (double)st.requests :
-					      0;
+			ms[k] = mean_ms(st.ttft_s, st.requests);
 			if (k == 3)
 				via_shared = ratio(st.hit_shared,
 						   st.block_accesses);
@@ -712,16 +716,12 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 				ret = kvfs_sim_fleet_run(s, &c, &fs);
 				v[0][i][k] = ratio(fs.hit_blocks,
 						   fs.block_accesses);
-				v[1][i][k] = fs.requests ? 1e3 * fs.ttft_s /
-							   (double)fs.requests :
-							   0;
+				v[1][i][k] = mean_ms(fs.ttft_s, fs.requests);
 			} else {
 				ret = run_one(o, s, pol[i], cap, &st);
 				v[0][i][k] = ratio(st.hit_blocks,
 						   st.block_accesses);
-				v[1][i][k] = st.requests ? 1e3 * st.ttft_s /
-							   (double)st.requests :
-							   0;
+				v[1][i][k] = mean_ms(st.ttft_s, st.requests);
 			}
 			if (ret) {
 				kvfs_err("kvfs-sim: policy %s failed (%d)",
