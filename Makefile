@@ -208,10 +208,16 @@ $(BUILD)/bin/kvfs-engine $(BUILD)/bin/kvfsctl $(BUILD)/tests/test_libkvfs $(BUIL
 # ckpt_ref.o follows the archive in $^: the archive comes again for what
 # only ckpt_ref.o needs from it (the suites' loader and log).
 CKPT_REF_USERS := $(BUILD)/tests/test_restore $(BUILD)/tests/test_restore_cuda \
-	$(BUILD)/tests/test_chunk $(BUILD)/itests/chunks_client \
+	$(BUILD)/tests/test_chunk_hidden $(BUILD)/itests/chunks_client \
 	$(BUILD)/itests/hcache_client
 $(CKPT_REF_USERS): $(BUILD)/obj/tests/unit/ckpt_ref.o
 $(CKPT_REF_USERS): TEST_LIBS += $(LIB)
+
+# The fixture of the chunk-read suites, linked the same way.
+CHUNK_FX_USERS := $(BUILD)/tests/test_chunk $(BUILD)/tests/test_chunk_spec \
+	$(BUILD)/tests/test_chunk_hidden
+$(CHUNK_FX_USERS): $(BUILD)/obj/tests/unit/chunk_fx.o
+$(CHUNK_FX_USERS): TEST_LIBS += $(LIB)
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:
