@@ -33,6 +33,11 @@ struct fleet {
 	double kvb; /* KV bytes per token under model */
 	struct kvfs_paccess a;
 	uint32_t *stack; /* orphan walk */
+	/* Per path entry, the next request (1-based) routed to the same host
+	 * that uses the block: what Belady must see in a private cache.  The
+	 * shared tier sees every request, so it takes the trace's next[].
+	 */
+	uint64_t *hnext;
 };
 
 static bool fleet_ok(struct kvfs_pnode *n, void *arg)
@@ -155,6 +160,40 @@ static unsigned fleet_host(const struct kvfs_sim *s,
 	return (unsigned)(i % c->hosts);
 }
 
+/* Fill @f->hnext: one backward pass over the trace per host, each
+ * seeing only the requests routed to it.
+ */
+static int fleet_next(struct fleet *f, const struct kvfs_fleet_conf *c)
+{
+	const struct kvfs_sim *s = f->s;
+	uint64_t *last;
+
+	f->hnext = malloc((s->npath ? s->npath : 1) * sizeof(*f->hnext));
+	last = malloc((s->nnodes ? s->nnodes : 1) * sizeof(*last));
+	if (!f->hnext || !last) {
+		free(last);
+		return -ENOMEM;
+	}
+	for (unsigned h = 0; h < c->hosts; h++) {
+		for (uint32_t n = 0; n < s->nnodes; n++)
+			last[n] = UINT64_MAX;
+		for (size_t i = s->nreq; i-- > 0;) {
+			const struct sim_req *q = &s->req[i];
+
+			if (fleet_host(s, c, i) != h)
+				continue;
+			for (uint32_t j = 0; j < q->len; j++) {
+				uint32_t n = s->path[q->off + j];
+
+				f->hnext[q->off + j] = last[n];
+				last[n] = i + 1;
+			}
+		}
+	}
+	free(last);
+	return 0;
+}
+
 /* Modeled TTFT of request @q that found @hit_tok tokens cached, of
  * which @shared_tok only in the shared tier.
  */
@@ -190,7 +229,7 @@ static void fleet_request(struct fleet *f, struct fcache *h, struct fcache *sh,
 	for (uint32_t j = 0; j < n; j++) {
 		if (h) {
 			h->nodes[idx[j]].pin = i + 1;
-			h->nodes[idx[j]].pn.next_use = s->next[q->off + j];
+			h->nodes[idx[j]].pn.next_use = f->hnext[q->off + j];
 		}
 		if (sh) {
 			sh->nodes[idx[j]].pin = i + 1;
@@ -258,6 +297,8 @@ int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
 		host = calloc(c->hosts, sizeof(*host));
 	if (!f.stack || !PL || !PS || (c->host_cap && !host))
 		goto out_free;
+	if (host && fleet_next(&f, c))
+		goto out_free;
 	for (unsigned i = 0; host && i < c->hosts; i++) {
 		ret = fcache_init(s, c, c->host_cap, &host[i]);
 		if (ret)
@@ -280,5 +321,6 @@ out_free:
 	free(PS);
 	free(PL);
 	free(f.stack);
+	free(f.hnext);
 	return ret;
 }

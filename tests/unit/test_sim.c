@@ -340,6 +340,60 @@ static void test_fleet_hand(void **state)
 }
 
 /*
+ * Belady in a private cache looks ahead only at the requests routed to
+ * its host.  Host 0 of two (round robin) sees A B C A with room for 2;
+ * host 1 reads B right after host 0 does.  Keeping A is the only hit to
+ * be had; a look-ahead over the whole trace sees B used again first and
+ * keeps B instead.
+ */
+static void test_fleet_belady_host(void **state)
+{
+	static const char lines[] =
+		"{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [1]}\n"
+		"{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [7]}\n"
+		"{\"timestamp\": 2, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [2]}\n"
+		"{\"timestamp\": 3, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [2]}\n"
+		"{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [3]}\n"
+		"{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [8]}\n"
+		"{\"timestamp\": 6, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [1]}\n"
+		"{\"timestamp\": 7, \"input_length\": 1, \"output_length\": 1,"
+		" \"hash_ids\": [9]}\n";
+	struct kvfs_fleet_conf c = { .policy = "belady", .hosts = 2,
+				     .route = KVFS_FLEET_RR, .host_cap = 2 };
+	struct kvfs_fleet_stats st;
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+
+	(void)state;
+	kvfs_trace_init(&t, KVFS_TRACE_MOONCAKE, 1);
+	assert_int_equal(kvfs_trace_parse_buf(&t, lines, strlen(lines), 1),
+			 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.requests, 8);
+	assert_int_equal(st.hit_blocks, 1);
+	/* lru keeps B, the more recent, and misses A. */
+	c.policy = "lru";
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 0);
+	/* The shared tier sees the whole trace: B at r4 and A at r7 hit. */
+	c.policy = "belady";
+	c.host_cap = 0;
+	c.shared_cap = 2;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 2);
+	kvfs_sim_free(s);
+	kvfs_trace_release(&t);
+}
+
+/*
  * The fleet's TTFT model: one host without a shared tier is the
  * single-tier replay; a shared hit adds its load at the slower of the
  * NIC and PCIe, and nothing else does.
@@ -636,6 +690,7 @@ int main(void)
 		cmocka_unit_test(test_fewshot_gap),
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_fleet_hand),
+		cmocka_unit_test(test_fleet_belady_host),
 		cmocka_unit_test(test_fleet_shared_wins),
 		cmocka_unit_test(test_fleet_ttft),
 	};
