@@ -139,7 +139,7 @@ else
 fi
 echo
 echo "### kvfs against lru, arc, s3fifo and sieve (bold: best online)"
-# title|source|more policies (belady needs one cache, so not the fleet)
+# title|source|more policies (in the fleet belady looks ahead per host)
 for set in "mooncake|$MOON|--policy belady" \
 	"zipf-docqa seed 42|--gen zipf-docqa --seed 42|--policy belady" \
 	"fewshot seed 42|--gen fewshot --seed 42|--policy belady" \
@@ -147,10 +147,10 @@ for set in "mooncake|$MOON|--policy belady" \
 	"fewshot seed 7|--gen fewshot --seed 7|--policy belady" \
 	"chat seed 42|--gen chat --seed 42|--policy belady" \
 	"chat seed 7|--gen chat --seed 7|--policy belady" \
-	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr|" \
-	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|" \
+	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr|--policy belady" \
+	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|--policy belady" \
 	${CONV:+"mooncake conversation|$CONV|--policy belady"} \
-	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr|"}; do
+	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr|--policy belady"}; do
 	title=${set%%|*}
 	rest=${set#*|}
 	echo
