@@ -160,6 +160,19 @@ static unsigned fleet_host(const struct kvfs_sim *s,
 	return (unsigned)(i % c->hosts);
 }
 
+struct fleet_pick {
+	const struct kvfs_sim *s;
+	const struct kvfs_fleet_conf *c;
+	unsigned host;
+};
+
+static bool fleet_routed(size_t i, const void *arg)
+{
+	const struct fleet_pick *k = arg;
+
+	return fleet_host(k->s, k->c, i) == k->host;
+}
+
 /* Fill @f->hnext: one backward pass over the trace per host, each
  * seeing only the requests routed to it.
  */
@@ -175,20 +188,9 @@ static int fleet_next(struct fleet *f, const struct kvfs_fleet_conf *c)
 		return -ENOMEM;
 	}
 	for (unsigned h = 0; h < c->hosts; h++) {
-		for (uint32_t n = 0; n < s->nnodes; n++)
-			last[n] = UINT64_MAX;
-		for (size_t i = s->nreq; i-- > 0;) {
-			const struct sim_req *q = &s->req[i];
+		struct fleet_pick k = { .s = s, .c = c, .host = h };
 
-			if (fleet_host(s, c, i) != h)
-				continue;
-			for (uint32_t j = 0; j < q->len; j++) {
-				uint32_t n = s->path[q->off + j];
-
-				f->hnext[q->off + j] = last[n];
-				last[n] = i + 1;
-			}
-		}
+		kvfs_sim_next_uses(s, f->hnext, last, fleet_routed, &k);
 	}
 	free(last);
 	return 0;

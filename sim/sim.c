@@ -150,6 +150,26 @@ void kvfs_sim_free(struct kvfs_sim *s)
 	free(s);
 }
 
+void kvfs_sim_next_uses(const struct kvfs_sim *s, uint64_t *next,
+			uint64_t *last, bool (*keep)(size_t i, const void *arg),
+			const void *arg)
+{
+	for (uint32_t n = 0; n < s->nnodes; n++)
+		last[n] = UINT64_MAX;
+	for (size_t i = s->nreq; i-- > 0;) {
+		const struct sim_req *q = &s->req[i];
+
+		if (keep && !keep(i, arg))
+			continue;
+		for (uint32_t j = 0; j < q->len; j++) {
+			uint32_t n = s->path[q->off + j];
+
+			next[q->off + j] = last[n];
+			last[n] = i + 1;
+		}
+	}
+}
+
 int kvfs_sim_new(const struct kvfs_trace *t, struct kvfs_sim **out)
 {
 	struct nmap m = { 0 };
@@ -207,18 +227,7 @@ int kvfs_sim_new(const struct kvfs_trace *t, struct kvfs_sim **out)
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	for (uint32_t n = 0; n < s->nnodes; n++)
-		last[n] = UINT64_MAX;
-	for (size_t i = s->nreq; i-- > 0;) {
-		const struct sim_req *q = &s->req[i];
-
-		for (uint32_t j = 0; j < q->len; j++) {
-			uint32_t n = s->path[q->off + j];
-
-			s->next[q->off + j] = last[n];
-			last[n] = i + 1;
-		}
-	}
+	kvfs_sim_next_uses(s, s->next, last, NULL, NULL);
 	free(last);
 	free(m.kp);
 	free(m.kh);

@@ -7,6 +7,7 @@
 #ifndef KVFS_SIM_SIM_I_H
 #define KVFS_SIM_SIM_I_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,5 +45,16 @@ double kvfs_sim_prefill_s(const struct kvfs_sim_model *m, double hit,
 			  double miss);
 /* kvfs_sim_kv_bytes() - bytes of K and V of one token under @m. */
 double kvfs_sim_kv_bytes(const struct kvfs_sim_model *m);
+
+/*
+ * kvfs_sim_next_uses() - for each path entry of the requests @keep
+ * accepts (every request when @keep is NULL), write into @next (npath
+ * entries, indexed as next[]) the next accepted request (1-based) that
+ * reads the same block, UINT64_MAX if none.  @last is scratch of nnodes
+ * entries.  Entries of requests not accepted are left alone.  No errors.
+ */
+void kvfs_sim_next_uses(const struct kvfs_sim *s, uint64_t *next,
+			uint64_t *last, bool (*keep)(size_t i, const void *arg),
+			const void *arg);
 
 #endif
