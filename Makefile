@@ -149,8 +149,10 @@ LIBKVFS := $(if $(LIBKVFS_SRCS),$(LIBKVFS_A) $(BUILD)/lib/libkvfs.so)
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
-# Programs the mount-level tests drive (cmocka, run by the scripts).
-ITEST_SRCS := $(wildcard tests/integration/*.c)
+# Programs the mount-level tests drive (cmocka, run by the scripts). The
+# fuzzer's other files (fuzz_*.c) are pieces of fuzz_client, not programs.
+FUZZ_SRCS := $(filter-out tests/integration/fuzz_client.c,$(wildcard tests/integration/fuzz_*.c))
+ITEST_SRCS := $(filter-out $(FUZZ_SRCS),$(wildcard tests/integration/*.c))
 ITEST_BINS := $(ITEST_SRCS:tests/integration/%.c=$(BUILD)/itests/%)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
@@ -218,6 +220,10 @@ CHUNK_FX_USERS := $(BUILD)/tests/test_chunk $(BUILD)/tests/test_chunk_spec \
 	$(BUILD)/tests/test_chunk_hidden
 $(CHUNK_FX_USERS): $(BUILD)/obj/tests/unit/chunk_fx.o
 $(CHUNK_FX_USERS): TEST_LIBS += $(LIB)
+
+# The mount fuzzer's harness and target families, linked the same way.
+$(BUILD)/itests/fuzz_client: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/itests/fuzz_client: TEST_LIBS += $(LIB)
 
 # Keep objects of programs and tests: they are not throwaway intermediates.
 .SECONDARY:
