@@ -213,3 +213,9 @@ void kvfs_policy_tick(struct kvfs_policy *p, const struct kvfs_paccess *a)
 	if (p->ops->tick)
 		p->ops->tick(p, a);
 }
+
+void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16])
+{
+	if (p->ops->sight)
+		p->ops->sight(p, key);
+}

@@ -105,6 +105,8 @@ struct kvfs_policy_ops {
 			  struct kvfs_pmove *plan, size_t max);
 	/* Periodic work: aging, refits. */
 	void (*tick)(struct kvfs_policy *p, const struct kvfs_paccess *a);
+	/* Another host of the fleet referenced the block of key @key. */
+	void (*sight)(struct kvfs_policy *p, const uint8_t key[16]);
 };
 
 struct kvfs_policy {
@@ -150,6 +152,12 @@ bool kvfs_policy_admit(struct kvfs_policy *p, int from, int to,
 size_t kvfs_policy_promote(struct kvfs_policy *p, int lower, int upper,
 			   struct kvfs_pmove *plan, size_t max);
 void kvfs_policy_tick(struct kvfs_policy *p, const struct kvfs_paccess *a);
+/*
+ * kvfs_policy_sight() - another host of the fleet referenced the block of
+ * key @key, which this cache may never have held.  A policy without
+ * ->sight ignores it.  Never fails; the caller's lock as for every call.
+ */
+void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16]);
 /* True when @n is resident in @tier and no child of it is. */
 bool kvfs_policy_is_leaf(const struct kvfs_pnode *n, int tier);
 

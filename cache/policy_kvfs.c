@@ -158,6 +158,7 @@ enum kv_opt {
 	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
 	KO_HIST, /* keep what is known of blocks let go (the history table) */
 	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
+	KO_SIGHT, /* the fleet's sightings count as the host's own */
 	KO_N
 };
 
@@ -180,6 +181,7 @@ static const struct kv_optdef {
 	[KO_REFILL] = { "refill", 0, 2, 1 },
 	[KO_HIST] = { "hist", 0, 1, 1 },
 	[KO_SESS] = { "sess", 0, 2, 1 },
+	[KO_SIGHT] = { "sight", 0, 1, 1 },
 };
 
 struct kv_tier {
@@ -791,6 +793,21 @@ static bool kv_admit(struct kvfs_policy *p, int from, int to,
 	return n->t[from].list != KV_TAIL || n->tokens >= f->maxtok;
 }
 
+/* Another host of the fleet referenced @key: a sighting like our own.
+ * A host behind a round-robin balancer sees a quarter of a prefix's
+ * references (of four hosts), so its own sketch takes four times as long
+ * to call a block a second sight; what the others saw closes that gap
+ * (docs/policies.md, eighteenth round).  The shadows are not told: they
+ * choose the horizon on the host's own references.
+ */
+static void kv_sight(struct kvfs_policy *p, const uint8_t key[16])
+{
+	struct kv_priv *f = p->priv;
+
+	if (f->opt[KO_SIGHT])
+		kvfs_psketch_add(&f->sk, key);
+}
+
 static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 {
 	struct kv_priv *f = p->priv;
@@ -870,6 +887,7 @@ const struct kvfs_policy_ops kvfs_policy_kvfs_ops = {
 	.set = kv_set,
 	.init = kv_init,
 	.release = kv_release,
+	.sight = kv_sight,
 	.insert = kv_insert,
 	.access = kv_access,
 	.remove = kv_remove,

@@ -38,7 +38,42 @@ struct fleet {
 	 * shared tier sees every request, so it takes the trace's next[].
 	 */
 	uint64_t *hnext;
+	/* Sightings on their way to the other hosts, oldest first. */
+	struct fsight {
+		uint64_t ts_ms;
+		uint32_t host, node;
+	} *sq;
+	size_t sq_head, sq_tail;
 };
+
+/* Deliver the sightings due by @now to every host but their own. */
+static void fleet_sight_due(struct fleet *f, const struct kvfs_fleet_conf *c,
+			    struct fcache *host, uint64_t now)
+{
+	while (f->sq_head < f->sq_tail &&
+	       f->sq[f->sq_head].ts_ms + c->sight_ms <= now) {
+		const struct fsight *g = &f->sq[f->sq_head++];
+
+		for (unsigned h = 0; h < c->hosts; h++)
+			if (h != g->host)
+				kvfs_policy_sight(host[h].p,
+						  (const uint8_t *)f->s->key[g->node]);
+	}
+}
+
+/* Request @i, just served by host @h, will be told to the others. */
+static void fleet_sight_add(struct fleet *f, size_t i, unsigned h)
+{
+	const struct sim_req *q = &f->s->req[i];
+	const uint32_t *idx = &f->s->path[q->off];
+
+	if (f->sq_tail == f->sq_head)
+		f->sq_head = f->sq_tail = 0;
+	for (uint32_t j = 0; j < q->len; j++)
+		f->sq[f->sq_tail++] = (struct fsight){ .ts_ms = q->ts_ms,
+						       .host = h,
+						       .node = idx[j] };
+}
 
 static bool fleet_ok(struct kvfs_pnode *n, void *arg)
 {
@@ -311,9 +346,21 @@ int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
 		if (ret)
 			goto out_free;
 	}
-	for (size_t i = 0; i < s->nreq; i++)
-		fleet_request(&f, host ? &host[fleet_host(s, c, i)] : NULL,
+	if (host && c->sight) {
+		f.sq = malloc((s->npath ? s->npath : 1) * sizeof(*f.sq));
+		if (!f.sq)
+			goto out_free;
+	}
+	for (size_t i = 0; i < s->nreq; i++) {
+		unsigned h = host ? fleet_host(s, c, i) : 0;
+
+		if (f.sq)
+			fleet_sight_due(&f, c, host, s->req[i].ts_ms);
+		fleet_request(&f, host ? &host[h] : NULL,
 			      c->shared_cap ? &shared : NULL, i, PL, PS, st);
+		if (f.sq)
+			fleet_sight_add(&f, i, h);
+	}
 	ret = 0;
 out_free:
 	for (unsigned i = 0; host && i < c->hosts; i++)
@@ -324,5 +371,6 @@ out_free:
 	free(PL);
 	free(f.stack);
 	free(f.hnext);
+	free(f.sq);
 	return ret;
 }

@@ -148,6 +148,11 @@ struct kvfs_fleet_conf {
 	int route;            /* enum kvfs_fleet_route */
 	uint64_t host_cap;    /* blocks per host; 0 = none */
 	uint64_t shared_cap;  /* blocks; 0 = no shared tier */
+	/* With @sight, hosts tell each other the blocks of their requests,
+	 * each told sight_ms (trace time) after the request.
+	 */
+	bool sight;
+	uint64_t sight_ms;
 	struct kvfs_sim_model model; /* TTFT; zeroed: none (0 s) */
 };
 

@@ -38,6 +38,7 @@ struct opts {
 	unsigned fleet;          /* hosts; 0 = not fleet mode */
 	int route;               /* enum kvfs_fleet_route; -1 = both */
 	const char *fleet_pcts;
+	long sight_ms;            /* --fleet-sight; -1 = off */
 	struct kvfs_trace_gen g;
 	struct kvfs_sim_conf c;
 };
@@ -89,6 +90,10 @@ static void usage(FILE *f)
 "                        blocks each, against a shared tier of N times X%%\n"
 "  --route R             rr or affinity (default: both)\n"
 "  --fleet-pcts LIST     X per host (1,2,5); policy: the first --policy (lru)\n"
+"  --fleet-sight MS      hosts tell each other the blocks they reference,\n"
+"                        each heard MS ms (trace time) later, as kvfs's\n"
+"                        [fleet] sightings do (docs/remote.md); off unless\n"
+"                        given\n"
 "output:\n"
 "  --json                one JSON object per policy per line\n", f);
 }
@@ -98,7 +103,7 @@ enum {
 	O_POLICY, O_OPT, O_CAP, O_CAPPCT, O_GPU, O_DRAM, O_SSD, O_PEVERY,
 	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
 	O_SSDBW, O_NETBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
-	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT, O_TABLES, O_TABLEPCT,
+	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT, O_SIGHT, O_TABLES, O_TABLEPCT,
 };
 
 static const struct option longopts[] = {
@@ -137,6 +142,7 @@ static const struct option longopts[] = {
 	{ "fleet", required_argument, NULL, O_FLEET },
 	{ "route", required_argument, NULL, O_ROUTE },
 	{ "fleet-pcts", required_argument, NULL, O_FLEETPCT },
+	{ "fleet-sight", required_argument, NULL, O_SIGHT },
 	{ "tables", no_argument, NULL, O_TABLES },
 	{ "table-pcts", required_argument, NULL, O_TABLEPCT },
 	{ NULL, 0, NULL, 0 },
@@ -312,6 +318,13 @@ static int parse_args(struct opts *o, int argc, char **argv)
 			}
 			break;
 		case O_FLEETPCT: o->fleet_pcts = optarg; break;
+		case O_SIGHT: {
+			uint32_t v;
+
+			rc = parse_u32("fleet-sight", optarg, &v);
+			o->sight_ms = v;
+			break;
+		}
 		case O_TABLES: o->tables = true; break;
 		case O_TABLEPCT: o->table_pcts = optarg; break;
 		case 'h': case O_HELP: usage(stdout); exit(0);
@@ -605,6 +618,8 @@ static int fleet(const struct opts *o, struct kvfs_sim *s, const char *pol)
 
 	c.nopts = policy_opts(o, pol, keys, vals);
 	c.model = o->c.model;
+	c.sight = o->sight_ms >= 0;
+	c.sight_ms = o->sight_ms >= 0 ? (uint64_t)o->sight_ms : 0;
 	printf("| per host | hosts | policy | private rr | private affinity "
 	       "| shared only (hosts x per host) | private + shared (rr) "
 	       "| of which shared | TTFT ms, private rr "
@@ -713,6 +728,9 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 				struct kvfs_fleet_stats fs;
 
 				c.model = o->c.model;
+				c.sight = o->sight_ms >= 0;
+				c.sight_ms = o->sight_ms >= 0 ?
+					(uint64_t)o->sight_ms : 0;
 				ret = kvfs_sim_fleet_run(s, &c, &fs);
 				v[0][i][k] = ratio(fs.hit_blocks,
 						   fs.block_accesses);
@@ -765,7 +783,7 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .route = -1 };
+	struct opts o = { .route = -1, .sight_ms = -1 };
 	struct kvfs_trace t;
 	struct kvfs_sim *s = NULL;
 	const char *pol[MAX_POLICIES];
