@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cache/policy.h"
+#include "meta/util.h"
 #include "sim/sim.h"
 #include "sim/sim_i.h"
 
@@ -48,17 +49,28 @@ struct fleet {
 
 /* Deliver the sightings due by @now to every host but their own. */
 static void fleet_sight_due(struct fleet *f, const struct kvfs_fleet_conf *c,
-			    struct fcache *host, uint64_t now)
+			    struct fcache *host, uint64_t now,
+			    struct kvfs_fleet_stats *st)
 {
+	uint64_t t0;
+
+	if (f->sq_head == f->sq_tail ||
+	    f->sq[f->sq_head].ts_ms + c->sight_ms > now)
+		return;
+	t0 = kvfs_util_now_mono();
 	while (f->sq_head < f->sq_tail &&
 	       f->sq[f->sq_head].ts_ms + c->sight_ms <= now) {
 		const struct fsight *g = &f->sq[f->sq_head++];
+		const uint8_t *key = (const uint8_t *)f->s->key[g->node];
 
-		for (unsigned h = 0; h < c->hosts; h++)
-			if (h != g->host)
-				kvfs_policy_sight(host[h].p,
-						  (const uint8_t *)f->s->key[g->node]);
+		for (unsigned h = 0; h < c->hosts; h++) {
+			if (h == g->host)
+				continue;
+			kvfs_policy_sight(host[h].p, key);
+			st->sightings++;
+		}
 	}
+	st->sight_ns += kvfs_util_now_mono() - t0;
 }
 
 /* Request @i, just served by host @h, will be told to the others. */
@@ -355,7 +367,7 @@ int kvfs_sim_fleet_run(struct kvfs_sim *s, const struct kvfs_fleet_conf *c,
 		unsigned h = host ? fleet_host(s, c, i) : 0;
 
 		if (f.sq)
-			fleet_sight_due(&f, c, host, s->req[i].ts_ms);
+			fleet_sight_due(&f, c, host, s->req[i].ts_ms, st);
 		fleet_request(&f, host ? &host[h] : NULL,
 			      c->shared_cap ? &shared : NULL, i, PL, PS, st);
 		if (f.sq)

@@ -162,6 +162,8 @@ struct kvfs_fleet_stats {
 	uint64_t hit_local;    /* found in the request's host */
 	uint64_t hit_shared;   /* found only in the shared tier */
 	uint64_t shared_writes; /* blocks written to the shared tier */
+	uint64_t sightings;    /* heard by the hosts' policies (sight) */
+	uint64_t sight_ns;     /* time in kvfs_policy_sight() */
 	double ttft_s;         /* sum of modeled TTFT */
 	double ttft_nocache_s; /* the same without any cache */
 };

@@ -688,7 +688,8 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 {
 	const char *p = o->table_pcts ? o->table_pcts : "1,2,5,10";
 	uint64_t uniq = kvfs_sim_unique_blocks(s);
-	double pct[MAX_POINTS], v[2][MAX_POLICIES][MAX_POINTS];
+	double pct[MAX_POINTS], v[3][MAX_POLICIES][MAX_POINTS];
+	int nm = o->fleet && o->sight_ms >= 0 ? 3 : 2;
 	unsigned np = 0;
 
 	while (*p && np < MAX_POINTS) {
@@ -735,6 +736,10 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 				v[0][i][k] = ratio(fs.hit_blocks,
 						   fs.block_accesses);
 				v[1][i][k] = mean_ms(fs.ttft_s, fs.requests);
+				v[2][i][k] = fs.sightings ?
+					(double)fs.sight_ns /
+						(double)fs.sightings :
+					0;
 			} else {
 				ret = run_one(o, s, pol[i], cap, &st);
 				v[0][i][k] = ratio(st.hit_blocks,
@@ -748,10 +753,12 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 			}
 		}
 	}
-	for (int m = 0; m < 2; m++) {
+	for (int m = 0; m < nm; m++) {
 		printf("\n%s%s\n\n| policy |",
-		       m ? "mean TTFT, ms (lower is better)" :
-			   "block hit ratio",
+		       m == 2 ? "ns per sighting heard (the policy's time in "
+				"kvfs_policy_sight())" :
+		       m       ? "mean TTFT, ms (lower is better)" :
+				 "block hit ratio",
 		       o->fleet ? ", private caches" : "");
 		for (unsigned k = 0; k < np; k++)
 			printf(" %g%% |", pct[k]);
@@ -764,6 +771,10 @@ static int tables(const struct opts *o, struct kvfs_sim *s,
 			for (unsigned k = 0; k < np; k++) {
 				bool best = strcmp(pol[i], "belady") != 0;
 
+				if (m == 2) {
+					printf(" %.1f |", v[m][i][k]);
+					continue;
+				}
 				for (unsigned j = 0; j < npol && best; j++) {
 					double a = v[m][i][k], b = v[m][j][k];
 

@@ -139,7 +139,9 @@ else
 fi
 echo
 echo "### kvfs against lru, arc, s3fifo and sieve (bold: best online)"
-# title|source|more policies (in the fleet belady looks ahead per host)
+# title|source|more policies (in the fleet belady looks ahead per host;
+# the hosts hear each other's references a second later, as the daemon's
+# [fleet] sightings at their default interval: docs/remote.md)
 for set in "mooncake|$MOON|--policy belady" \
 	"zipf-docqa seed 42|--gen zipf-docqa --seed 42|--policy belady" \
 	"fewshot seed 42|--gen fewshot --seed 42|--policy belady" \
@@ -147,10 +149,10 @@ for set in "mooncake|$MOON|--policy belady" \
 	"fewshot seed 7|--gen fewshot --seed 7|--policy belady" \
 	"chat seed 42|--gen chat --seed 42|--policy belady" \
 	"chat seed 7|--gen chat --seed 7|--policy belady" \
-	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr|--policy belady" \
-	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr|--policy belady" \
+	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
+	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
 	${CONV:+"mooncake conversation|$CONV|--policy belady"} \
-	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr|--policy belady"}; do
+	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr --fleet-sight 1000|--policy belady"}; do
 	title=${set%%|*}
 	rest=${set#*|}
 	echo

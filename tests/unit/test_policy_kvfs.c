@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
- * second sight, the request's tail, its new suffix, dead weight, and the
- * CLOCK of main, the history kept of blocks let go and the refilled
- * context of a conversation, each on a small hand-made sequence; the
- * history table (cache/policy_util.c); and the miniature simulations
- * (cache/policy_mini.c) that choose its horizon.
+ * second sight (the fleet's sightings count too), the request's tail, its
+ * new suffix, dead weight, and the CLOCK of main, the history kept of
+ * blocks let go and the refilled context of a conversation, each on a
+ * small hand-made sequence; the history table (cache/policy_util.c); and
+ * the miniature simulations (cache/policy_mini.c) that choose its horizon.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -85,6 +85,45 @@ static void test_second_sight(void **state)
 	assert_ptr_equal(evict(p, GPU), &c);
 	assert_ptr_equal(evict(p, GPU), &d);
 	assert_ptr_equal(evict(p, GPU), &a);
+	kvfs_policy_free(p);
+}
+
+/* A block another host of the fleet referenced is no first sight here:
+ * it enters main and outlives newer first sights.  With `sight=0` the
+ * fleet's word is ignored and it is evicted first, as a first sight.
+ * Other policies take the call and ignore it.
+ */
+static void run_sight(bool on)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "sight" }, *v[] = { on ? "1" : "0" };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode a, b, c, d;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&a, 1, NULL, 16);
+	mknode(&b, 2, NULL, 16);
+	mknode(&c, 3, NULL, 16);
+	mknode(&d, 4, NULL, 16);
+	kvfs_policy_sight(p, a.key);
+	ins(p, GPU, &a, 1);
+	ins(p, GPU, &b, 2);
+	ins(p, GPU, &c, 3);
+	ins(p, GPU, &d, 4);
+	assert_ptr_equal(evict(p, GPU), on ? &b : &a);
+	kvfs_policy_free(p);
+}
+
+static void test_sight(void **state)
+{
+	struct kvfs_policy *p = NULL;
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	uint8_t key[16] = { 7 };
+
+	run_sight(true);
+	run_sight(false);
+	assert_int_equal(kvfs_policy_new("lru", NULL, NULL, 0, cap, &p), 0);
+	kvfs_policy_sight(p, key);
 	kvfs_policy_free(p);
 }
 
@@ -327,6 +366,7 @@ static void test_options(void **state)
 	const char *k8[] = { "conv" }, *v8[] = { "4" };
 	const char *k9[] = { "refill" }, *v9[] = { "3" };
 	const char *k10[] = { "sess" }, *v10[] = { "3" };
+	const char *k11[] = { "sight" }, *v11[] = { "2" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -343,6 +383,8 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k8, v8, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k9, v9, 1, cap, &p), -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k10, v10, 1, cap, &p),
+			 -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k11, v11, 1, cap, &p),
 			 -EINVAL);
 }
 
@@ -754,6 +796,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_second_sight),
+		cmocka_unit_test(test_sight),
 		cmocka_unit_test(test_tail),
 		cmocka_unit_test(test_suffix),
 		cmocka_unit_test(test_turn),

@@ -394,6 +394,59 @@ static void test_fleet_belady_host(void **state)
 }
 
 /*
+ * Fleet sightings (--fleet-sight): two hosts round robin, 2 blocks each,
+ * kvfs's policy.  Host 1 reads A (t = 1) just before host 0 first does
+ * (t = 2).  Told at once, host 0 takes A for a second sight: main, and
+ * the first sights X and Y take turns in probation, so A is still there
+ * at t = 8.  Unheard, or heard too late (5 ms: at t = 6, A already in
+ * probation), A goes before Y comes and t = 8 misses.
+ */
+static void test_fleet_sight(void **state)
+{
+	static const uint32_t ids[] = { 9, 1, 1, 7, 2, 8, 3, 6, 1 };
+	char lines[1024];
+	size_t len = 0;
+	struct kvfs_fleet_conf c = { .policy = "kvfs", .hosts = 2,
+				     .route = KVFS_FLEET_RR, .host_cap = 2 };
+	struct kvfs_fleet_stats st;
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+		len += (size_t)snprintf(lines + len, sizeof(lines) - len,
+					"{\"timestamp\": %zu, \"input_length\": "
+					"512, \"output_length\": 1, "
+					"\"hash_ids\": [%u]}\n",
+					i, ids[i]);
+	kvfs_trace_init(&t, KVFS_TRACE_MOONCAKE, 1);
+	assert_int_equal(kvfs_trace_parse_buf(&t, lines, len, 1), 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.requests, 9);
+	assert_int_equal(st.hit_blocks, 0);
+	assert_int_equal(st.sightings, 0);
+	c.sight = true;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 1);
+	/* Each request's block told to the other host before the next
+	 * request; the last one's never comes due.
+	 */
+	assert_int_equal(st.sightings, 8);
+	c.sight_ms = 5;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 0);
+	assert_int_equal(st.sightings, 4); /* those of t = 0 to 3 */
+	/* lru has nothing to do with them. */
+	c.policy = "lru";
+	c.sight_ms = 0;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 0);
+	kvfs_sim_free(s);
+	kvfs_trace_release(&t);
+}
+
+/*
  * The fleet's TTFT model: one host without a shared tier is the
  * single-tier replay; a shared hit adds its load at the slower of the
  * NIC and PCIe, and nothing else does.
@@ -691,6 +744,7 @@ int main(void)
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_fleet_hand),
 		cmocka_unit_test(test_fleet_belady_host),
+		cmocka_unit_test(test_fleet_sight),
 		cmocka_unit_test(test_fleet_shared_wins),
 		cmocka_unit_test(test_fleet_ttft),
 	};
