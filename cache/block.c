@@ -183,8 +183,10 @@ void kvfs_cache_drain_touches(struct kvfs_cache *c)
 		};
 
 		atomic_store(&b->touched, false);
-		if (!(atomic_load(&b->flags) & KVFS_B_DELETED) && b->pn.tiers)
+		if (!(atomic_load(&b->flags) & KVFS_B_DELETED) && b->pn.tiers) {
 			kvfs_policy_access(c->policy, &path, 1, &a);
+			kvfs_fleet_note(c, b->pn.key);
+		}
 		kvfs_cache_put(c, b);
 		b = next;
 	}

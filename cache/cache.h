@@ -378,6 +378,8 @@ struct kvfs_stats {
 	struct kvfs_stats_tier tier[KVFS_NTIERS]; /* by enum kvfs_tier_id */
 	bool remote; /* [tier.remote] configured: remote_st is valid */
 	struct kvfs_remote_stats remote_st;
+	bool fleet; /* [fleet] sightings on: fleet_st is valid */
+	struct kvfs_sight_stats fleet_st;
 	char policy[32];
 	uint64_t blocks, commits, rejects, deletes, lookup_misses;
 	uint64_t checksum_errors, dram_pins, dram_pins_waiting;

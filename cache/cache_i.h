@@ -33,6 +33,7 @@
 #include "gpu/gpu.h"
 #include "hcache/hsched.h"
 #include "hcache/restore.h"
+#include "tier/sight.h"
 #include "tier/tier_remote.h"
 
 #define KVFS_SHARDS 64
@@ -338,6 +339,11 @@ struct kvfs_cache {
 	 * NULL; thread-safe itself (tier/tier_remote.h).  remote.c uses it.
 	 */
 	struct kvfs_tier_remote *remote;
+	/* Fleet sightings ([fleet], fleet.c): set at open, or NULL; cleared
+	 * under c->policy_lock at close, so a note under that lock never
+	 * sees a freed instance.  Thread-safe itself (tier/sight.h).
+	 */
+	struct kvfs_sight *sight;
 	/* Set at open: called by the write-back pass for each block whose
 	 * image it has just written to the SSD (cache_wb.c).
 	 */
@@ -917,6 +923,31 @@ int kvfs_remote_fetch_async(struct kvfs_cache *c, struct kvfs_ns *ns,
 static inline bool kvfs_remote_on(const struct kvfs_cache *c)
 {
 	return c->remote != NULL;
+}
+
+/* ------------------------------------------------------------- fleet.c */
+
+/*
+ * Fleet sightings (docs/remote.md): the keys of the blocks this host
+ * references go to the other hosts, and theirs to the policy
+ * (kvfs_policy_sight()).  Every function is a no-op without [fleet].
+ * kvfs_fleet_init() - open conf.fleet's instance; a server that does not
+ *   answer is not an error.  0, or its -errno (logged).  Open only, after
+ *   the policy exists.
+ * kvfs_fleet_fini() - detach the instance under c->policy_lock, then free
+ *   it (its last batch published, best effort); the policy must still
+ *   exist: a delivery in flight uses it.  Caller holds no engine lock.
+ * kvfs_fleet_note() - this host referenced the block @key: buffered for
+ *   the next publish.  Never waits on the network.  Caller holds
+ *   c->policy_lock (which orders it against kvfs_fleet_fini()).
+ */
+int kvfs_fleet_init(struct kvfs_cache *c);
+void kvfs_fleet_fini(struct kvfs_cache *c);
+static inline void kvfs_fleet_note(struct kvfs_cache *c,
+				   const uint8_t key[KVFS_KEY_LEN])
+{
+	if (c->sight)
+		kvfs_sight_note(c->sight, key);
 }
 
 /* ------------------------------------------------------------- admin.c */

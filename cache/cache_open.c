@@ -830,6 +830,8 @@ int kvfs_cache_open(const char *dir, const struct kvfs_cache_params *conf,
 	if (!rc)
 		rc = kvfs_remote_init(c);
 	if (!rc)
+		rc = kvfs_fleet_init(c);
+	if (!rc)
 		rc = kvfs_scrub_init(c);
 	if (rc)
 		goto out_free;
@@ -872,6 +874,10 @@ void kvfs_cache_free(struct kvfs_cache *c)
 		kvfs_cache_drain_touches(c);
 		pthread_mutex_unlock(&c->policy_lock);
 	}
+	/* After the last drain, whose notes it publishes; before the
+	 * policy, which its deliveries use.
+	 */
+	kvfs_fleet_fini(c);
 	if (c->store)
 		kvfs_counters_flush(c);
 	if (c->chunks) {

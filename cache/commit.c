@@ -228,7 +228,8 @@ out_reject:
 /*
  * Make a block of @ns from the validated image in DRAM extent @ext (its
  * header @h, @ssize bytes stored) under @key and @ino: index, listing,
- * DRAM counters and the policy (inserted into DRAM).  Takes over @ext
+ * DRAM counters, the policy (inserted into DRAM) and the fleet's
+ * sightings (a new block is a reference the other hosts hear of).  Takes over @ext
  * and *@parent (a reference, or NULL; cleared) whatever the result.  On
  * success *@out gets a referenced block, not yet queued for write-back.
  * 0, -EEXIST (the key is indexed already), -ENOMEM.
@@ -306,6 +307,7 @@ static int block_publish(struct kvfs_cache *c, struct kvfs_ns *ns,
 	pthread_mutex_lock(&c->policy_lock);
 	struct kvfs_paccess a = { .now = b->created };
 	kvfs_policy_insert(c->policy, KVFS_TIER_DRAM, &b->pn, &a);
+	kvfs_fleet_note(c, b->pn.key);
 	pthread_mutex_unlock(&c->policy_lock);
 	*out = b;
 	return 0;

@@ -21,4 +21,5 @@ void kvfs_cache_params_defaults(struct kvfs_cache_params *p)
 	p->chunk_spec_depth = 8;
 	strcpy(p->policy, "lru");
 	kvfs_remote_conf_defaults(&p->remote);
+	kvfs_sight_conf_defaults(&p->fleet);
 }

@@ -14,6 +14,7 @@
 
 #include "meta/fmt.h"
 #include "meta/meta.h"
+#include "tier/sight.h"
 #include "tier/tier_remote.h"
 
 #define KVFS_PARAMS_MAX_NS 64
@@ -160,6 +161,11 @@ struct kvfs_cache_params {
 	 * remote.backend KVFS_REMOTE_NONE without the section.
 	 */
 	struct kvfs_remote_conf remote;
+	/* [fleet]: block keys this host references, told to the other hosts
+	 * and theirs heard (docs/remote.md, "Fleet sightings");
+	 * fleet.backend KVFS_SIGHT_NONE without sightings.
+	 */
+	struct kvfs_sight_conf fleet;
 	/* [namespace NAME] sections */
 	size_t n_ns;
 	struct kvfs_ns_params ns[KVFS_PARAMS_MAX_NS];

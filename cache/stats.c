@@ -127,6 +127,10 @@ int kvfs_cache_stats_get(struct kvfs_cache *c, struct kvfs_stats **out)
 	pthread_mutex_unlock(&c->wb_lock);
 	pthread_mutex_lock(&c->policy_lock);
 	snprintf(s->policy, sizeof(s->policy), "%s", c->policy->ops->name);
+	if (c->sight) {
+		s->fleet = true;
+		kvfs_sight_stats(c->sight, &s->fleet_st);
+	}
 	pthread_mutex_unlock(&c->policy_lock);
 	s->blocks = atomic_load(&c->nblocks);
 	s->commits = atomic_load(&c->st_commits);
@@ -209,6 +213,22 @@ static void remote_text(FILE *f, const struct kvfs_remote_stats *rs)
 #undef RS
 }
 
+static void fleet_text(FILE *f, const struct kvfs_sight_stats *fs)
+{
+#define FS(k) fprintf(f, "fleet.sight.%s %" PRIu64 "\n", #k, fs->k)
+	FS(keys_out);
+	FS(msgs_out);
+	FS(keys_in);
+	FS(msgs_in);
+	FS(dropped);
+	FS(lost);
+	FS(rejected);
+	FS(errors);
+	FS(reconnects);
+	FS(buffered);
+#undef FS
+}
+
 static void chunk_text(FILE *f, const struct kvfs_chunk_stats *ks)
 {
 #define CS(k, v) fprintf(f, "%s %" PRIu64 "\n", k, (uint64_t)(v))
@@ -256,6 +276,8 @@ int kvfs_cache_stats(struct kvfs_cache *c, char **buf, size_t *len)
 			tier_text(f, i, &s->tier[i]);
 	if (s->remote)
 		remote_text(f, &s->remote_st);
+	if (s->fleet)
+		fleet_text(f, &s->fleet_st);
 #define CS(k, v) fprintf(f, "%s %" PRIu64 "\n", k, (uint64_t)(v))
 	fprintf(f, "policy.name %s\n", s->policy);
 	CS("cache.blocks", s->blocks);

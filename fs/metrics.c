@@ -213,6 +213,36 @@ static void remote(const struct kvfs_stats *s, FILE *f)
 	    r->nodes);
 }
 
+/* Fleet sightings (docs/remote.md), with [fleet] sightings on. */
+static void fleet(const struct kvfs_stats *s, FILE *f)
+{
+	const struct kvfs_sight_stats *r = &s->fleet_st;
+
+	if (!s->fleet)
+		return;
+	one(f, "kvfs_fleet_sight_keys_sent_total", COUNTER,
+	    "Block keys this host published to the fleet.", r->keys_out);
+	one(f, "kvfs_fleet_sight_messages_sent_total", COUNTER,
+	    "Sighting messages this host published.", r->msgs_out);
+	one(f, "kvfs_fleet_sight_keys_received_total", COUNTER,
+	    "Block keys other hosts referenced, handed to the policy.",
+	    r->keys_in);
+	one(f, "kvfs_fleet_sight_messages_received_total", COUNTER,
+	    "Sighting messages received from other hosts.", r->msgs_in);
+	one(f, "kvfs_fleet_sight_dropped_total", COUNTER,
+	    "Keys not buffered: the sightings buffer was full.", r->dropped);
+	one(f, "kvfs_fleet_sight_lost_total", COUNTER,
+	    "Keys of messages whose publish failed.", r->lost);
+	one(f, "kvfs_fleet_sight_rejected_total", COUNTER,
+	    "Malformed sighting messages received (never used).", r->rejected);
+	one(f, "kvfs_fleet_sight_errors_total", COUNTER,
+	    "Sightings faults: connect, AUTH, PUBLISH, SUBSCRIBE.", r->errors);
+	one(f, "kvfs_fleet_sight_reconnects_total", COUNTER,
+	    "Subscriptions made again after a fault.", r->reconnects);
+	one(f, "kvfs_fleet_sight_buffered_keys", GAUGE,
+	    "Keys waiting for the next publish.", r->buffered);
+}
+
 static const struct fam cache_fams[] = {
 #define C(n, ty, h, f)                                           \
 	{                                                        \
@@ -439,6 +469,7 @@ void kvfs_metrics_write(const struct kvfs_stats *s, FILE *f)
 	fprintf(f, "kvfs_policy_info{policy=\"%s\"} 1\n", s->policy);
 	tiers(s, f);
 	remote(s, f);
+	fleet(s, f);
 	table(f, cache_fams, sizeof(cache_fams) / sizeof(cache_fams[0]), s);
 	head(f, "kvfs_restore_seconds_total", COUNTER,
 	     "Time spent in restorations.");

@@ -6,6 +6,7 @@
  * is driven by the test and deterministic.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -944,6 +945,132 @@ static void test_remote_roundtrip(void **state)
 	assert_true(stat_of(f, "tier.remote.bytes_written") > 0);
 }
 
+/* ---- fleet sightings ([fleet] sightings = memory) ---- */
+
+/* Three caches with policy kvfs: A and B hear each other on one channel,
+ * C is alone on another.
+ */
+static int setup_fleet(void **state)
+{
+	static const char *const chan[3] = { "fleet", "fleet", "alone" };
+	struct fx *f = calloc(3, sizeof(*f));
+
+	assert_non_null(f);
+	for (int i = 0; i < 3; i++) {
+		snprintf(f[i].dir, sizeof(f[i].dir), "/tmp/kvfs-tcache.XXXXXX");
+		assert_non_null(mkdtemp(f[i].dir));
+		assert_int_equal(kvfs_store_create(f[i].dir, 1 << 20, true), 0);
+		conf_init(&f[i].conf, 4 * 12288);
+		strcpy(f[i].conf.policy, "kvfs");
+		f[i].conf.fleet.backend = KVFS_SIGHT_MEMORY;
+		strcpy(f[i].conf.fleet.channel, chan[i]);
+		/* Published by the test's flushes only. */
+		f[i].conf.fleet.interval_ms = 3600 * 1000;
+		assert_int_equal(fx_open(&f[i]), 0);
+		assert_non_null(f[i].c->sight);
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown_fleet(void **state)
+{
+	struct fx *f = *state;
+	char cmd[128];
+
+	for (int i = 0; i < 3; i++) {
+		kvfs_cache_free(f[i].c);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", f[i].dir);
+		assert_int_equal(system(cmd), 0);
+	}
+	free(f);
+	return 0;
+}
+
+/* The policy list block @i entered DRAM on in @f's cache. */
+static int dram_list(struct fx *f, int i)
+{
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	struct kvfs_block *b;
+	int list;
+
+	make_block(f, i, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	pthread_mutex_lock(&f->c->policy_lock);
+	assert_true(b->pn.tiers & KVFS_TIER_BIT_DRAM);
+	list = b->pn.t[KVFS_TIER_DRAM].list;
+	pthread_mutex_unlock(&f->c->policy_lock);
+	kvfs_cache_put(f->c, b);
+	return list;
+}
+
+static void drain(struct fx *f)
+{
+	pthread_mutex_lock(&f->c->policy_lock);
+	kvfs_cache_drain_touches(f->c);
+	pthread_mutex_unlock(&f->c->policy_lock);
+}
+
+/*
+ * A block committed on A, and a read of it, reach B's policy as
+ * sightings (fleet.sight.* counts them); C, on another channel, hears
+ * nothing.  With policy kvfs a sighting counts as a first sight: the
+ * block B then writes for the first time enters the list that a block
+ * seen before enters (as C's block does on its second write), not the
+ * list of a first sight (C's first write).
+ */
+static void test_fleet_sightings(void **state)
+{
+	struct fx *f = *state, *a = &f[0], *b = &f[1], *c = &f[2];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	static uint8_t buf[16384];
+	int first, second;
+
+	assert_int_equal(put_block(a, 0, NULL), 0);
+	assert_int_equal(stat_of(a, "fleet.sight.buffered"), 1);
+	assert_int_equal(kvfs_sight_flush(a->c->sight), 0);
+	assert_int_equal(stat_of(a, "fleet.sight.keys_out"), 1);
+	assert_int_equal(stat_of(b, "fleet.sight.keys_in"), 1);
+	assert_int_equal(stat_of(b, "fleet.sight.msgs_in"), 1);
+	assert_int_equal(stat_of(a, "fleet.sight.keys_in"), 0);
+	assert_int_equal(stat_of(c, "fleet.sight.keys_in"), 0);
+
+	/* A read is a reference too, once the policy learns of it. */
+	check_block(a, 0);
+	assert_int_equal(stat_of(a, "fleet.sight.buffered"), 0);
+	drain(a);
+	assert_int_equal(stat_of(a, "fleet.sight.buffered"), 1);
+	assert_int_equal(kvfs_sight_flush(a->c->sight), 0);
+	assert_int_equal(stat_of(b, "fleet.sight.keys_in"), 2);
+
+	/* C: a first sight, then (deleted and written again) a second. */
+	assert_int_equal(put_block(c, 0, NULL), 0);
+	first = dram_list(c, 0);
+	make_block(c, 0, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_unlink(c->c, c->ns, name), 0);
+	assert_int_equal(put_block(c, 0, NULL), 0);
+	second = dram_list(c, 0);
+	assert_int_not_equal(first, second);
+
+	/* B writes the block A sighted: its first local sight, a second
+	 * one for the policy.
+	 */
+	assert_int_equal(put_block(b, 0, NULL), 0);
+	assert_int_equal(dram_list(b, 0), second);
+	check_block(b, 0);
+
+	/* B's own notes go to A, never back to B. */
+	assert_int_equal(kvfs_sight_flush(b->c->sight), 0);
+	assert_int_equal(stat_of(a, "fleet.sight.keys_in"), 1);
+	assert_int_equal(stat_of(b, "fleet.sight.keys_in"), 2);
+	assert_int_equal(stat_of(c, "fleet.sight.keys_in"), 0);
+	assert_int_equal(stat_of(b, "fleet.sight.rejected") +
+				 stat_of(b, "fleet.sight.dropped") +
+				 stat_of(b, "fleet.sight.errors"),
+			 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -975,6 +1102,8 @@ int main(void)
 						setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_pin_fails_not_recorded,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fleet_sightings,
+						setup_fleet, teardown_fleet),
 		cmocka_unit_test_setup_teardown(test_remote_roundtrip,
 						setup_remote, teardown),
 	};
