@@ -43,6 +43,12 @@
  *                [A-Za-z0-9._-]{1,63} (default kvfs), write
  *                back|through|off, admit policy|all, timeout 1ms..60s
  *                ("200ms", "1s"; default 200ms), password (optional)
+ *   [fleet]      (docs/remote.md, "Fleet sightings") sightings
+ *                off|redis|memory (default off; memory: tests), nodes
+ *                host:port[,host:port...] (needed by redis), password,
+ *                channel [A-Za-z0-9._-]{1,63} (default kvfs), interval
+ *                10ms..60s (default 1s), timeout 1ms..60s (default
+ *                200ms), buffer 1..16777216 keys (default 65536)
  *   [policy]     name [a-z0-9_-]{1,31}; every other key is kept verbatim
  *                for the policy to check (at most KVFS_PARAMS_MAX_OPTS)
  *   [namespace NAME]
@@ -717,12 +723,22 @@ static int set_remote_admit(struct conf_state *st, const struct conf_key *k,
 	return kvfs_conf_set_word(st, k, val, field, words);
 }
 
-/* A duration in milliseconds: "250ms", "2s", or a bare number of ms. */
-static int set_remote_timeout(struct conf_state *st,
-			      const struct conf_key *k, const char *val,
-			      void *field)
+/* @ms as a duration reads: "60s", "250ms". */
+static void fmt_ms(uint64_t ms, char *buf, size_t len)
 {
-	char num[16];
+	if (ms && !(ms % 1000))
+		snprintf(buf, len, "%" PRIu64 "s", ms / 1000);
+	else
+		snprintf(buf, len, "%" PRIu64 "ms", ms);
+}
+
+/* A duration in milliseconds, k->min..k->max: "250ms", "2s", or a bare
+ * number of ms.
+ */
+static int set_duration_ms(struct conf_state *st, const struct conf_key *k,
+			   const char *val, void *field)
+{
+	char num[16], lo[24], hi[24];
 	size_t n = strspn(val, "0123456789");
 	uint32_t v;
 	unsigned mul = 1;
@@ -735,16 +751,19 @@ static int set_remote_timeout(struct conf_state *st,
 		goto bad;
 	memcpy(num, val, n);
 	num[n] = 0;
-	if (kvfs_util_parse_u32(num, &v) || v > 60000 / mul || !v)
+	if (kvfs_util_parse_u32(num, &v) || v > k->max / mul ||
+	    (uint64_t)v * mul < k->min)
 		goto bad;
 	v *= mul;
 	memcpy(field, &v, sizeof(v));
 	return 0;
 bad:
+	fmt_ms(k->min, lo, sizeof(lo));
+	fmt_ms(k->max, hi, sizeof(hi));
 	return kvfs_conf_fail(
 		st, st->lineno,
-		"%s = '%s': expected a duration in 1ms..60s (e.g. 200ms)",
-		k->name, val);
+		"%s = '%s': expected a duration in %s..%s (e.g. 200ms or 2s)",
+		k->name, val, lo, hi);
 }
 
 #define REMOTE(kname, fn, field) \
@@ -759,7 +778,9 @@ static const struct conf_key remote_keys[] = {
 	REMOTE("key_prefix", set_remote_prefix, key_prefix),
 	REMOTE("write", set_remote_write, write),
 	REMOTE("admit", set_remote_admit, admit),
-	REMOTE("timeout", set_remote_timeout, timeout_ms),
+	{ "timeout", set_duration_ms,
+	  offsetof(struct kvfs_conf, cache.remote.timeout_ms), 1, 60000,
+	  sizeof(((struct kvfs_conf *)0)->cache.remote.timeout_ms), false },
 	REMOTE("password", kvfs_conf_set_str, password),
 	{ NULL },
 };
@@ -772,6 +793,50 @@ static int remote_begin(struct conf_state *st, const char *arg)
 	return 0;
 }
 
+/* ---- [fleet] ---- */
+
+static int set_fleet_sightings(struct conf_state *st, const struct conf_key *k,
+			       const char *val, void *field)
+{
+	static const struct conf_word words[] = {
+		{ "off", KVFS_SIGHT_NONE },
+		{ "redis", KVFS_SIGHT_REDIS },
+		{ "memory", KVFS_SIGHT_MEMORY },
+		{ NULL, 0 },
+	};
+
+	return kvfs_conf_set_word(st, k, val, field, words);
+}
+
+#define FLEET(kname, fn, field, lo, hi)                                  \
+	{ kname, fn, offsetof(struct kvfs_conf, cache.fleet.field), lo, hi, \
+	  sizeof(((struct kvfs_conf *)0)->cache.fleet.field), false }
+
+static const struct conf_key fleet_keys[] = {
+	FLEET("sightings", set_fleet_sightings, backend, 0, 0),
+	FLEET("nodes", set_remote_nodes, nodes, 0, 0),
+	FLEET("password", kvfs_conf_set_str, password, 0, 0),
+	FLEET("channel", set_remote_prefix, channel, 0, 0),
+	FLEET("interval", set_duration_ms, interval_ms, 10, 60000),
+	FLEET("timeout", set_duration_ms, timeout_ms, 1, 60000),
+	FLEET("buffer", kvfs_conf_set_u32, buffer, 1, 1u << 24),
+	{ NULL },
+};
+#undef FLEET
+
+/* sightings = redis needs somewhere to publish. */
+static int fleet_end(struct conf_state *st)
+{
+	if (st->c->cache.fleet.backend == KVFS_SIGHT_REDIS &&
+	    !key_line_in(st, fleet_keys, "nodes"))
+		return kvfs_conf_fail(st,
+				      key_line_in(st, fleet_keys, "sightings"),
+				      "[%s]: sightings = redis needs nodes "
+				      "(host:port[,host:port...])",
+				      st->sec_name);
+	return 0;
+}
+
 static const struct conf_section sections[] = {
 	{ .name = "daemon", .keys = daemon_keys, .target = conf_target },
 	{ .name = "tier.dram", .keys = dram_keys, .target = conf_target },
@@ -781,6 +846,8 @@ static const struct conf_section sections[] = {
 	{ .name = "chunks", .keys = chunk_keys, .target = conf_target },
 	{ .name = "tier.remote", .keys = remote_keys, .target = conf_target,
 	  .begin = remote_begin },
+	{ .name = "fleet", .keys = fleet_keys, .target = conf_target,
+	  .end = fleet_end },
 	{ .name = "policy", .keys = policy_keys, .target = conf_target,
 	  .other = policy_other },
 	{ .name = NS_PREFIX, .named = true, .keys = ns_keys,

@@ -900,6 +900,68 @@ static void test_tier_remote(void **state)
 		   "duplicate section [tier.remote]");
 }
 
+/* [fleet]: sightings off without the section or the key; redis needs
+ * nodes; every key's range, and the errors naming the key and its line.
+ */
+static void test_fleet(void **state)
+{
+	expect_ok("[daemon]\n");
+	assert_int_equal(conf->cache.fleet.backend, KVFS_SIGHT_NONE);
+	assert_string_equal(conf->cache.fleet.channel, "kvfs");
+	assert_int_equal(conf->cache.fleet.interval_ms, 1000);
+	assert_int_equal(conf->cache.fleet.timeout_ms, 200);
+	assert_int_equal(conf->cache.fleet.buffer, 65536);
+	expect_ok("[fleet]\nnodes = h:1\n");
+	assert_int_equal(conf->cache.fleet.backend, KVFS_SIGHT_NONE);
+	expect_ok("[fleet]\nsightings = redis\n"
+		  "nodes = 10.0.0.1:7000, 10.0.0.2:7000\n"
+		  "password = s3cret\nchannel = fleet-A.1\ninterval = 250ms\n"
+		  "timeout = 2s\nbuffer = 1024\n");
+	assert_int_equal(conf->cache.fleet.backend, KVFS_SIGHT_REDIS);
+	assert_string_equal(conf->cache.fleet.nodes,
+			    "10.0.0.1:7000, 10.0.0.2:7000");
+	assert_string_equal(conf->cache.fleet.password, "s3cret");
+	assert_string_equal(conf->cache.fleet.channel, "fleet-A.1");
+	assert_int_equal(conf->cache.fleet.interval_ms, 250);
+	assert_int_equal(conf->cache.fleet.timeout_ms, 2000);
+	assert_int_equal(conf->cache.fleet.buffer, 1024);
+	expect_ok("[fleet]\nsightings = memory\ninterval = 2s\n");
+	assert_int_equal(conf->cache.fleet.backend, KVFS_SIGHT_MEMORY);
+	assert_int_equal(conf->cache.fleet.interval_ms, 2000);
+	expect_ok("[fleet]\nsightings = off\ninterval = 10\nbuffer = 1\n");
+	assert_int_equal(conf->cache.fleet.interval_ms, 10);
+	assert_int_equal(conf->cache.fleet.buffer, 1);
+	/* The remote tier's and the fleet's settings stay apart. */
+	expect_ok("[tier.remote]\nnodes = r:1\nkey_prefix = blocks\n"
+		  "[fleet]\nsightings = redis\nnodes = s:2\n");
+	assert_string_equal(conf->cache.remote.nodes, "r:1");
+	assert_string_equal(conf->cache.fleet.nodes, "s:2");
+	assert_string_equal(conf->cache.fleet.channel, "kvfs");
+
+	expect_err("[fleet]\nsightings = redis\n", 2,
+		   "sightings = redis needs nodes");
+	expect_err("[fleet]\nsightings = yes\n", 2,
+		   "expected off, redis or memory");
+	expect_err("[fleet]\nnodes = h\n", 2, "'h' is not host:port");
+	expect_err("[fleet]\nnodes = h:1,h:0\n", 2, "not host:port");
+	expect_err("[fleet]\nchannel = a:b\n", 2,
+		   "expected 1..63 of [A-Za-z0-9._-]");
+	expect_err("[fleet]\nchannel =\n", 2, "channel");
+	expect_err("[fleet]\ninterval = 5ms\n", 2,
+		   "interval = '5ms': expected a duration in 10ms..60s");
+	expect_err("[fleet]\ninterval = 61s\n", 2, "duration in 10ms..60s");
+	expect_err("[fleet]\ninterval = 1m\n", 2, "duration");
+	expect_err("[fleet]\ninterval = soon\n", 2, "duration");
+	expect_err("[fleet]\ntimeout = 0\n", 2, "duration in 1ms..60s");
+	expect_err("[fleet]\nbuffer = 0\n", 2, "buffer");
+	expect_err("[fleet]\nbuffer = 16777217\n", 2, "buffer");
+	expect_err("[fleet]\nbuffer = 64K\n", 2, "buffer");
+	expect_err("[fleet]\nspeed = 1\n", 2, "unknown key 'speed' in [fleet]");
+	expect_err("[fleet]\nbuffer = 1\nbuffer = 2\n", 3,
+		   "duplicate key 'buffer'");
+	expect_err("[fleet]\n[fleet]\n", 2, "duplicate section [fleet]");
+}
+
 /* The documented example at the repository root must stay valid. */
 
 /* owner, group, mode, quota, pin_quota (docs/operations.md, "Sharing a
@@ -1092,6 +1154,7 @@ int main(void)
 		cmocka_unit_test(test_dram_pinned),
 		cmocka_unit_test(test_dram_prefault),
 		cmocka_unit_test(test_tier_remote),
+		cmocka_unit_test(test_fleet),
 		cmocka_unit_test(test_tenant_keys),
 		cmocka_unit_test(test_model_digest),
 	};
