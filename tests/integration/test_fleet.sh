@@ -91,6 +91,9 @@ kvfs_mkfs 64M
 "$BIN/mkfs.kvfs" --ssd-size 64M "$STORE_B" >/dev/null
 fleet_conf "$STORE"
 fleet_conf "$STORE_B"
+# A serves its metrics too.
+MPORT=$(free_port "$P")
+sed -i "2a metrics = 127.0.0.1:$MPORT" "$STORE/kvfs.conf"
 t_check "host A mounts with sightings = redis" kvfs_mount
 t_check "host B mounts with sightings = redis" mount_b
 t_check "both subscribed to $SUB" subscribers 2
@@ -108,6 +111,13 @@ t_check "A's reads are sightings too: B hears 16" \
 t_check "A hears none of its own" [ "$(stat_a fleet.sight.keys_in)" = 0 ]
 t_check "B writes chain 2 (4 blocks)" $CL "$MNT_B" write 4 2
 t_check "A hears B's 4" until_ge stat_a fleet.sight.keys_in 4
+t_check "A's metrics page answers" \
+	curl -sf --max-time 10 -o "$T_DIR/metrics" "http://127.0.0.1:$MPORT/metrics"
+t_check "and counts the keys heard (>= 4)" awk '
+	$1 == "kvfs_fleet_sight_keys_received_total" && $2 >= 4 { ok = 1 }
+	END { exit !ok }' "$T_DIR/metrics"
+t_check "the page passes promtool check metrics" \
+	sh -c "promtool check metrics <'$T_DIR/metrics' >'$T_DIR/metrics.lint' 2>&1"
 t_log "A: $(grep '^fleet.sight' "$MNT/.kvfs/stats" | tr '\n' ' ')"
 t_log "B: $(grep '^fleet.sight' "$MNT_B/.kvfs/stats" | tr '\n' ' ')"
 
