@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -283,18 +284,50 @@ static void pub_down(struct kvfs_sight *s)
 	s->pub_down_until = kvfs_util_now_mono() + ms * 1000000ull;
 }
 
-/* PUBLISH one message. Caller holds send_lock. 0, -EHOSTDOWN (in a
- * backoff), or the connection's fault.
+/*
+ * hiredis writes with write(2), so a write to a peer that is gone raises
+ * SIGPIPE in the writing thread, which ends a process that does not
+ * ignore it (the daemon's FUSE handlers ignore it, but not during the
+ * unmount's last flush, nor in a test).  Our writes run with it blocked,
+ * and one they raise is taken back before the mask is restored.
  */
-static int pub_send(struct kvfs_sight *s, const void *msg, size_t len)
+struct pipe_guard {
+	sigset_t old;
+	bool was_pending;
+};
+
+static void pipe_block(struct pipe_guard *g)
+{
+	sigset_t set, pend;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	sigpending(&pend);
+	g->was_pending = sigismember(&pend, SIGPIPE) == 1;
+	pthread_sigmask(SIG_BLOCK, &set, &g->old);
+}
+
+static void pipe_unblock(struct pipe_guard *g)
+{
+	struct timespec zero = { 0, 0 };
+	sigset_t set, pend;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	sigpending(&pend);
+	if (!g->was_pending && sigismember(&pend, SIGPIPE) == 1)
+		sigtimedwait(&set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* PUBLISH one message on the open connection, opening it first if
+ * needed. Caller holds send_lock and has SIGPIPE blocked.
+ */
+static int pub_redis(struct kvfs_sight *s, const void *msg, size_t len)
 {
 	redisReply *r;
 	int rc;
 
-	if (s->c.backend == KVFS_SIGHT_MEMORY) {
-		bus_publish(s, msg, len);
-		return 0;
-	}
 	if (!s->pub) {
 		if (kvfs_util_now_mono() < s->pub_down_until)
 			return -EHOSTDOWN;
@@ -325,6 +358,24 @@ static int pub_send(struct kvfs_sight *s, const void *msg, size_t len)
 	freeReplyObject(r);
 	s->pub_fails = 0;
 	return 0;
+}
+
+/* PUBLISH one message. Caller holds send_lock. 0, -EHOSTDOWN (in a
+ * backoff), or the connection's fault.
+ */
+static int pub_send(struct kvfs_sight *s, const void *msg, size_t len)
+{
+	struct pipe_guard g;
+	int rc;
+
+	if (s->c.backend == KVFS_SIGHT_MEMORY) {
+		bus_publish(s, msg, len);
+		return 0;
+	}
+	pipe_block(&g);
+	rc = pub_redis(s, msg, len);
+	pipe_unblock(&g);
+	return rc;
 }
 
 /* ---- sending ---- */
@@ -527,6 +578,14 @@ static void *sub_main(void *arg)
 	struct kvfs_sight *s = arg;
 	unsigned seed = 0, attempt = 0;
 	bool first = true;
+	sigset_t set;
+
+	/* This thread's writes (AUTH, SUBSCRIBE) never raise SIGPIPE: a
+	 * write to a closed peer fails with EPIPE instead (pipe_block()).
+	 */
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	while (!sub_stopping(s)) {
 		redisContext *ctx = NULL;

@@ -174,5 +174,7 @@ t_check "B hears them" until_ge stat_b fleet.sight.keys_in $((in + 8))
 t_check "A unmounts" kvfs_unmount
 unmount_b
 t_check "B unmounted" [ -z "$(grep " $MNT_B fuse" /proc/mounts)" ]
+t_check "neither log has a sanitizer report (make asan)" \
+	sh -c "! grep -q 'Sanitizer\|runtime error' '$STORE/kvfs.log' '$STORE_B/kvfs.log'"
 redis_stop_all
 t_done
