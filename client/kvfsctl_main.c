@@ -144,6 +144,17 @@ static void status(const struct kv *v, size_t n)
 					  b, sizeof(b)),
 		       get(v, n, "remote", "queued"),
 		       get(v, n, "remote", "dropped"));
+	/* Fleet sightings, when the mount has them on. */
+	if (strcmp(sval(v, n, "fleet.sight.keys_in"), "?"))
+		printf("fleet sightings %" PRIu64 " keys sent, %" PRIu64
+		       " heard, %" PRIu64 " dropped, %" PRIu64 " lost, %" PRIu64
+		       " rejected, %" PRIu64 " errors\n",
+		       get(v, n, NULL, "fleet.sight.keys_out"),
+		       get(v, n, NULL, "fleet.sight.keys_in"),
+		       get(v, n, NULL, "fleet.sight.dropped"),
+		       get(v, n, NULL, "fleet.sight.lost"),
+		       get(v, n, NULL, "fleet.sight.rejected"),
+		       get(v, n, NULL, "fleet.sight.errors"));
 }
 
 static void usage(void)

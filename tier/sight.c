@@ -340,24 +340,30 @@ static int pub_redis(struct kvfs_sight *s, const void *msg, size_t len)
 	}
 	r = redisCommand(s->pub, "PUBLISH %b %b", s->chan, s->chanlen, msg,
 			 len);
-	if (!r || r->type != REDIS_REPLY_INTEGER) {
-		rc = !r ? -ETIMEDOUT :
-		     r->type == REDIS_REPLY_ERROR &&
-				     !strncmp(r->str, "NOAUTH", 6) ?
-			  -EACCES :
-			  -EIO;
+	if (r && r->type == REDIS_REPLY_INTEGER) {
+		freeReplyObject(r);
+		s->pub_fails = 0;
+		return 0;
+	}
+	if (!r) {
+		/* hiredis leaves EAGAIN in errno after a read timeout */
+		rc = s->pub->err == REDIS_ERR_IO && errno == EAGAIN ?
+			     -ETIMEDOUT :
+			     -EIO;
 		fault(s, &s->seed[s->pub_seed], "PUBLISH failed",
-		      !r			   ? s->pub->errstr :
+		      s->pub->errstr);
+	} else {
+		rc = r->type == REDIS_REPLY_ERROR &&
+				     !strncmp(r->str, "NOAUTH", 6) ?
+			     -EACCES :
+			     -EIO;
+		fault(s, &s->seed[s->pub_seed], "PUBLISH refused",
 		      r->type == REDIS_REPLY_ERROR ? r->str :
 						     "unexpected reply");
-		if (r)
-			freeReplyObject(r);
-		pub_down(s);
-		return rc;
+		freeReplyObject(r);
 	}
-	freeReplyObject(r);
-	s->pub_fails = 0;
-	return 0;
+	pub_down(s);
+	return rc;
 }
 
 /* PUBLISH one message. Caller holds send_lock. 0, -EHOSTDOWN (in a

@@ -176,7 +176,8 @@ void kvfs_sight_note(struct kvfs_sight *s, const uint8_t key[KVFS_KEY_LEN]);
  * to when it returns. Waits for one publish at most (redis: a connect
  * and a round trip per message, `timeout` each); must not be called from
  * the deliver callback. Returns 0, or the first fault (-ECONNREFUSED,
- * -ETIMEDOUT, -EACCES, -EIO): the batch is then lost (counted).
+ * -ETIMEDOUT, -EACCES, -EIO; -EHOSTDOWN while the publisher backs off
+ * after a fault): what was not sent is then lost (counted).
  */
 int kvfs_sight_flush(struct kvfs_sight *s);
 

@@ -111,6 +111,9 @@ t_check "A's reads are sightings too: B hears 16" \
 t_check "A hears none of its own" [ "$(stat_a fleet.sight.keys_in)" = 0 ]
 t_check "B writes chain 2 (4 blocks)" $CL "$MNT_B" write 4 2
 t_check "A hears B's 4" until_ge stat_a fleet.sight.keys_in 4
+t_check "kvfsctl status shows the sightings" \
+	grep -q '^fleet sightings [0-9]* keys sent, [1-9][0-9]* heard' \
+	<<<"$("$BIN/kvfsctl" status "$MNT")"
 t_check "A's metrics page answers" \
 	curl -sf --max-time 10 -o "$T_DIR/metrics" "http://127.0.0.1:$MPORT/metrics"
 t_check "and counts the keys heard (>= 4)" awk '
