@@ -268,20 +268,40 @@ static int conn_open(struct kvfs_sight *s, unsigned i, redisContext **out)
 	return 0;
 }
 
-/* The publish connection after a fault: closed, the next seed's turn,
- * and none tried before a backoff. Caller holds send_lock.
+/* The publish connection after a fault: closed, and the next seed's
+ * turn. Caller holds send_lock.
  */
-static void pub_down(struct kvfs_sight *s)
+static void pub_close(struct kvfs_sight *s)
 {
-	uint64_t ms =
-		kvfs_rc_backoff_ms(s->pub_fails++, BACKOFF_MS, BACKOFF_CAP_MS);
-
 	if (s->pub) {
 		redisFree(s->pub);
 		s->pub = NULL;
 	}
 	s->pub_seed = (s->pub_seed + 1) % s->nseeds;
+}
+
+/* Open the publish connection: each seed in turn from the current one,
+ * once; when none answers, none is tried again before a backoff. Caller
+ * holds send_lock. 0, -EHOSTDOWN (in the backoff), or the last seed's
+ * fault.
+ */
+static int pub_connect(struct kvfs_sight *s)
+{
+	int rc = -EHOSTDOWN;
+	uint64_t ms;
+
+	if (kvfs_util_now_mono() < s->pub_down_until)
+		return rc;
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		rc = conn_open(s, s->pub_seed, &s->pub);
+		if (!rc)
+			return 0;
+		s->pub = NULL;
+		pub_close(s);
+	}
+	ms = kvfs_rc_backoff_ms(s->pub_fails++, BACKOFF_MS, BACKOFF_CAP_MS);
 	s->pub_down_until = kvfs_util_now_mono() + ms * 1000000ull;
+	return rc;
 }
 
 /*
@@ -328,16 +348,8 @@ static int pub_redis(struct kvfs_sight *s, const void *msg, size_t len)
 	redisReply *r;
 	int rc;
 
-	if (!s->pub) {
-		if (kvfs_util_now_mono() < s->pub_down_until)
-			return -EHOSTDOWN;
-		rc = conn_open(s, s->pub_seed, &s->pub);
-		if (rc) {
-			s->pub = NULL;
-			pub_down(s);
-			return rc;
-		}
-	}
+	if (!s->pub && (rc = pub_connect(s)))
+		return rc;
 	r = redisCommand(s->pub, "PUBLISH %b %b", s->chan, s->chanlen, msg,
 			 len);
 	if (r && r->type == REDIS_REPLY_INTEGER) {
@@ -362,7 +374,8 @@ static int pub_redis(struct kvfs_sight *s, const void *msg, size_t len)
 						     "unexpected reply");
 		freeReplyObject(r);
 	}
-	pub_down(s);
+	/* The message is lost; the next one tries the next seed. */
+	pub_close(s);
 	return rc;
 }
 

@@ -6,7 +6,9 @@
 # channel is rejected on both (counted, logged) and B keeps serving; the
 # server killed leaves both daemons up and serving (the lost batches and
 # faults counted); started again, the subscriptions come back by
-# themselves. Mounts and servers always go.
+# themselves. Then a 3-master cluster with each host on its own node
+# (A's first seed dead): the messages cross the cluster bus. Mounts and
+# servers always go.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/redis_lib.sh"
 
@@ -173,6 +175,36 @@ t_check "and count it" until_ge stat_b fleet.sight.reconnects 1
 in=$(stat_b fleet.sight.keys_in)
 t_check "A writes chain 4 (8 blocks)" $CL "$MNT" write 8 4
 t_check "B hears them" until_ge stat_b fleet.sight.keys_in $((in + 8))
+
+# -- a Redis Cluster: each host on its own node, A's first seed dead -------
+t_check "A unmounts" kvfs_unmount
+unmount_b
+t_check "B unmounted" [ -z "$(grep " $MNT_B fuse" /proc/mounts)" ]
+redis_stop_all
+cluster_create
+t_check "3-master cluster on free ports $P1 $P2 $P3" cluster_ok "$P1" "$P2" "$P3"
+DEAD=$(free_port "$P" "$P1" "$P2" "$P3")
+sed -i "s/^nodes = .*/nodes = 127.0.0.1:$DEAD,127.0.0.1:$P1/" "$STORE/kvfs.conf"
+sed -i "s/^nodes = .*/nodes = 127.0.0.1:$P2/" "$STORE_B/kvfs.conf"
+t_check "A mounts again, seeds: nothing on $DEAD, then master $P1" kvfs_mount
+t_check "B mounts again, seed: master $P2" mount_b
+# numsub_on PORT: the node's own subscribers to the channel are 1.
+numsub_on() {
+	for _ in $(seq 300); do
+		[ "$(redis-cli -p "$1" pubsub numsub "$SUB" | tail -n 1)" = 1 ] &&
+			return 0
+		sleep 0.1
+	done
+	return 1
+}
+t_check "A subscribed on $P1 (past the dead seed)" numsub_on "$P1"
+t_check "B subscribed on $P2" numsub_on "$P2"
+t_check "A writes chain 5 (8 blocks)" $CL "$MNT" write 8 5
+t_check "B hears all 8 through the cluster bus" until_ge stat_b fleet.sight.keys_in 8
+t_check "A lost none (it published past the dead seed)" \
+	[ "$(stat_a fleet.sight.lost)" = 0 ]
+t_check "B writes chain 6 (4 blocks)" $CL "$MNT_B" write 4 6
+t_check "A hears B's 4" until_ge stat_a fleet.sight.keys_in 4
 
 t_check "A unmounts" kvfs_unmount
 unmount_b
