@@ -40,13 +40,14 @@ struct seed {
 };
 
 struct kvfs_sight {
+	/* Set at new, read-only after. */
 	struct kvfs_sight_conf c;
 	kvfs_sight_deliver_fn deliver;
 	void *arg;
-	uint64_t host; /* set at new */
-	char chan[CHAN_MAX]; /* set at new */
+	uint64_t host;
+	char chan[CHAN_MAX];
 	size_t chanlen;
-	struct seed seed[SEEDS_MAX]; /* set at new */
+	struct seed seed[SEEDS_MAX];
 	unsigned nseeds;
 
 	/* The buffer of notes, and the sender's wait. */
@@ -66,13 +67,14 @@ struct kvfs_sight {
 	unsigned pub_seed, pub_fails; /* send_lock */
 	uint64_t pub_down_until; /* send_lock: monotonic ns */
 
-	pthread_t sender, sub;
-	bool sender_started, sub_started;
+	pthread_t sender, sub; /* set at new, joined at free */
+	bool sender_started, sub_started; /* set at new */
 	_Atomic bool sub_stop; /* the subscriber is to return */
-	int wakefd; /* eventfd: wakes the subscriber's poll; -1 */
+	int wakefd; /* set at new: eventfd waking the subscriber's poll; -1 */
 
 	struct kvfs_sight *bus_next; /* bus_lock: memory instances */
 
+	/* Counters (relaxed atomics) and the log's rate limits (lock-free). */
 	atomic_uint_least64_t keys_out, msgs_out, keys_in, msgs_in;
 	atomic_uint_least64_t dropped, lost, rejected, errors, reconnects;
 	struct kvfs_log_rl rl_fault, rl_bad;
