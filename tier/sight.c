@@ -666,6 +666,7 @@ int kvfs_sight_new(const struct kvfs_sight_conf *c,
 		   kvfs_sight_deliver_fn deliver, void *arg,
 		   struct kvfs_sight **out)
 {
+	pthread_condattr_t ca;
 	struct kvfs_sight *s;
 	int rc;
 
@@ -683,14 +684,11 @@ int kvfs_sight_new(const struct kvfs_sight_conf *c,
 	s->wakefd = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->send_lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&s->cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	/* The sender's deadlines are monotonic: a clock step is no burst. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	s->chanlen = (size_t)snprintf(s->chan, sizeof(s->chan), "%.*s%s",
 				      KVFS_SIGHT_CHANNEL_MAX - 1, c->channel,
 				      CHAN_SUFFIX);
