@@ -229,10 +229,10 @@ out_reject:
  * Make a block of @ns from the validated image in DRAM extent @ext (its
  * header @h, @ssize bytes stored) under @key and @ino: index, listing,
  * DRAM counters, the policy (inserted into DRAM) and the fleet's
- * sightings (a new block is a reference the other hosts hear of).  Takes over @ext
- * and *@parent (a reference, or NULL; cleared) whatever the result.  On
- * success *@out gets a referenced block, not yet queued for write-back.
- * 0, -EEXIST (the key is indexed already), -ENOMEM.
+ * sightings (a new block is a reference the other hosts hear of).  Takes
+ * over @ext and *@parent (a reference, or NULL; cleared) whatever the
+ * result.  On success *@out gets a referenced block, not yet queued for
+ * write-back.  0, -EEXIST (the key is indexed already), -ENOMEM.
  */
 static int block_publish(struct kvfs_cache *c, struct kvfs_ns *ns,
 			 const uint8_t *key, uint64_t ino,

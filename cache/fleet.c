@@ -16,16 +16,27 @@
 #include "cache/cache_i.h"
 #include "meta/log.h"
 
-/* Other hosts referenced @keys: one policy lock per message. */
+/* Keys handed to the policy per hold of its lock: a message holds up to
+ * 4,096, some 50 ns each, and commits wait on the same lock.
+ */
+#define FLEET_KEYS_PER_LOCK 256
+
+/* Other hosts referenced @keys. */
 static void fleet_deliver(void *arg, const uint8_t (*keys)[KVFS_KEY_LEN],
 			  size_t n)
 {
 	struct kvfs_cache *c = arg;
 
-	pthread_mutex_lock(&c->policy_lock);
-	for (size_t i = 0; i < n; i++)
-		kvfs_policy_sight(c->policy, keys[i]);
-	pthread_mutex_unlock(&c->policy_lock);
+	for (size_t i = 0; i < n;) {
+		size_t end = n - i > FLEET_KEYS_PER_LOCK ?
+				     i + FLEET_KEYS_PER_LOCK :
+				     n;
+
+		pthread_mutex_lock(&c->policy_lock);
+		for (; i < end; i++)
+			kvfs_policy_sight(c->policy, keys[i]);
+		pthread_mutex_unlock(&c->policy_lock);
+	}
 }
 
 int kvfs_fleet_init(struct kvfs_cache *c)

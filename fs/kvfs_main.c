@@ -294,6 +294,12 @@ static int run(const struct opts *o, int report_fd)
 	mallopt(M_TRIM_THRESHOLD,
 		(int)(conf.cache.dram_capacity < (1u << 30) ? conf.cache.dram_capacity
 						      : (1u << 30)));
+	/* The cache's network threads (the remote tier, fleet sightings)
+	 * write to peers that may be gone: that must be EPIPE, not the end
+	 * of the daemon, from before the FUSE session sets its handlers
+	 * until after the unmount's last flush.
+	 */
+	signal(SIGPIPE, SIG_IGN);
 	rc = kvfs_cache_open(o->store, &conf.cache, 0, &c);
 	if (rc) {
 		snprintf(msg, sizeof(msg), "store %s: %s (the log says why)",
@@ -397,6 +403,8 @@ out_unmount:
 	fuse_session_unmount(se);
 out_signals:
 	fuse_remove_signal_handlers(se);
+	/* That restores SIGPIPE's default, which kills; see above. */
+	signal(SIGPIPE, SIG_IGN);
 out_destroy:
 	fuse_session_destroy(se);
 out_free_cache:
