@@ -86,7 +86,8 @@
  * else window), prob (0), ghost (1), tail (1), suffix (1), turn (1),
  * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
  * passes a returning block gets from its sketch count), refill (1),
- * hist (1; the shadows run with 0), sess (1; the shadows run with 0).
+ * hist (1; the shadows run with 0), sess (1; the shadows run with 0),
+ * sight (1: other hosts' references, kvfs_policy_sight(), count here).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
