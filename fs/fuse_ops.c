@@ -858,6 +858,17 @@ static void read_fh(fuse_req_t req, struct kvfs_fs *fs, struct kvfs_fh *fh,
 	free(r.priv);
 }
 
+/* Blocks a ctl request deleted are gone for the kernel too before the
+ * reply: a stat right after kvfsctl evict --tier all must not find them.
+ */
+static void ctl_inval_sync(fuse_req_t req)
+{
+	struct kvfs_fs *fs = fs_of(req);
+
+	if (fs->inval_sync)
+		fs->inval_sync();
+}
+
 /*
  * The write-then-read transport: the whole request in one write; its
  * response waits for the next read on the same descriptor. A request
@@ -881,6 +892,7 @@ static void ctl_write(fuse_req_t req, struct kvfs_fh *fh, const char *buf,
 	kvfs_fuse_creds(req, &cr);
 	rc = kvfs_ctl_exec(fh->ctl, &cr, buf, size, KVFS_CTL_MAX_SIZE, &resp,
 			   &rlen);
+	ctl_inval_sync(req);
 	if (rc) {
 		reply_rc(req, rc);
 		return;
@@ -1159,6 +1171,7 @@ static void kvfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 	rc = kvfs_ctl_exec(fh->ctl, &cr, in_buf,
 			   r->size <= KVFS_CTL_MSG_SIZE ? r->size : in_bufsz,
 			   KVFS_CTL_MSG_SIZE, &resp, &rlen);
+	ctl_inval_sync(req);
 	if (rc) {
 		reply_rc(req, rc);
 		return;

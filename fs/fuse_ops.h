@@ -26,6 +26,13 @@ struct kvfs_fs {
 	 * other. Set before the session starts; immutable after.
 	 */
 	uint32_t readahead;
+	/* Wait for the kernel to have been told of the blocks the engine
+	 * deleted so far (fs/kvfs_main.c's notifier); NULL: nothing to wait
+	 * for.  Set before the session starts.  Called after a ctl request
+	 * ran, before its reply; bounded, and lock-free when none is
+	 * pending.
+	 */
+	void (*inval_sync)(void);
 };
 
 /*

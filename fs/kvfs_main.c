@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,11 @@ static void notify(int fd, const char *msg)
  * gone (fs/fuse_ops.c), and the kernel looks the name up again, and an
  * O_EXCL create always looks it up.  Done from this thread so that the
  * engine's threads never write to /dev/fuse.
+ *
+ * A ctl request that deleted blocks (EVICT --tier all) waits for their
+ * invalidations before it is answered (inval_sync), so that a stat after
+ * kvfsctl returns does not find the attributes the kernel cached: the
+ * same manners as an unlink.
  */
 struct inval {
 	struct inval *next;
@@ -133,14 +139,25 @@ struct inval {
 
 static struct {
 	pthread_mutex_t lock; /* guards head, stop */
-	pthread_cond_t cond;
+	pthread_cond_t cond; /* head or stop changed */
+	pthread_cond_t sent; /* done grew */
 	struct inval *head;
 	bool stop;
+	/* Invalidations queued and sent since the start: written under
+	 * lock, read without it by inval_sync()'s fast path.
+	 */
+	atomic_uint_least64_t queued, done;
 	struct fuse_session *se;
 } notifier = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
+	.sent = PTHREAD_COND_INITIALIZER,
 };
+
+/* The longest a ctl reply waits for invalidations: past it the kernel's
+ * attributes merely time out (attr_timeout).
+ */
+#define INVAL_SYNC_MS 2000
 
 static void inval_push(void *arg, uint64_t dir, uint64_t ino, const char *name)
 {
@@ -152,6 +169,7 @@ static void inval_push(void *arg, uint64_t dir, uint64_t ino, const char *name)
 	pthread_mutex_lock(&notifier.lock);
 	iv->next = notifier.head;
 	notifier.head = iv;
+	atomic_fetch_add(&notifier.queued, 1);
 	pthread_cond_signal(&notifier.cond);
 	pthread_mutex_unlock(&notifier.lock);
 }
@@ -163,6 +181,7 @@ static void *notifier_main(void *arg)
 		while (!notifier.head && !notifier.stop)
 			pthread_cond_wait(&notifier.cond, &notifier.lock);
 		struct inval *iv = notifier.head;
+		uint64_t n = 0;
 
 		notifier.head = NULL;
 		pthread_mutex_unlock(&notifier.lock);
@@ -177,13 +196,42 @@ static void *notifier_main(void *arg)
 								 iv->ino, -1, 0);
 			free(iv);
 			iv = next;
+			n++;
 		}
 		pthread_mutex_lock(&notifier.lock);
+		atomic_fetch_add(&notifier.done, n);
+		pthread_cond_broadcast(&notifier.sent);
 		if (notifier.stop && !notifier.head)
 			break;
 	}
 	pthread_mutex_unlock(&notifier.lock);
 	return NULL;
+}
+
+/* Wait until every invalidation queued so far is sent (or the notifier
+ * stops, or INVAL_SYNC_MS pass).  Lock-free when none is pending, which
+ * is every ctl request but those that deleted blocks.
+ */
+static void inval_sync(void)
+{
+	uint64_t want = atomic_load(&notifier.queued);
+	struct timespec dl;
+
+	if (atomic_load(&notifier.done) >= want)
+		return;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += INVAL_SYNC_MS / 1000;
+	dl.tv_nsec += (INVAL_SYNC_MS % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&notifier.lock);
+	while (atomic_load(&notifier.done) < want && !notifier.stop)
+		if (pthread_cond_timedwait(&notifier.sent, &notifier.lock,
+					   &dl) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&notifier.lock);
 }
 
 /* STORE/kvfs.pid lets scripts wait for the daemon to finish after an
@@ -373,6 +421,7 @@ static int run(const struct opts *o, int report_fd)
 	notifier.se = se;
 	if (pthread_create(&nt, NULL, notifier_main, NULL) == 0) {
 		nt_started = true;
+		fs.inval_sync = inval_sync;
 		kvfs_cache_set_delete_hook(c, inval_push, NULL);
 	}
 	lc = fuse_loop_cfg_create();
@@ -395,6 +444,7 @@ static int run(const struct opts *o, int report_fd)
 		pthread_mutex_lock(&notifier.lock);
 		notifier.stop = true;
 		pthread_cond_signal(&notifier.cond);
+		pthread_cond_broadcast(&notifier.sent);
 		pthread_mutex_unlock(&notifier.lock);
 		pthread_join(nt, NULL);
 	}
