@@ -17,6 +17,7 @@
 #   BENCH_GPU_FETCH_BYTES  prefix size of figure [11] (default 256M)
 #   BENCH_GPU_FETCH_ITERS  samples of figure [11] (default 11)
 #   BENCH_REMOTE_ITERS   samples per remote-tier figure (default 9)
+#   BENCH_SIGHT_ITERS    samples per fleet-sightings figure (default 31)
 #   BENCH_READ_AHEAD_KB  sets the mount's read_ahead_kb (default: leave the
 #                        kernel's 128, which caps FUSE read-ahead requests
 #                        at 128 KiB)
@@ -79,7 +80,8 @@ unmount() {
 	fi
 }
 
-# The remote tier's figures (12, 13) run their own cluster and mount.
+# The remote tier's figures (12, 13) run their own cluster and mount;
+# the fleet sightings' (15, 16) a server of their own.
 . tests/integration/redis_lib.sh
 REDIS_DIR=$WORK
 RMNT=$WORK/rmnt
@@ -369,6 +371,27 @@ fi
 # --- 14. time to first token of the reference engine (its own mount) ----
 BUILD=$BUILD tests/bench/ttft.sh --summary "$SUMMARY" ||
 	echo "    (no figure: ttft.sh failed)"
+
+# --- 15, 16. fleet sightings: their cost on commits, and keys heard ----
+# bench_sight.c: caches in-process (stores under $WORK), one publishing
+# through a plain Redis server on loopback and one listening; commits with
+# sightings on vs off, and keys heard through the server vs given to the
+# policy directly.
+if [ -x "$BDIR/bench/bench_sight" ]; then
+	echo
+	echo "[15, 16] fleet sightings (Redis on loopback)"
+	if ! command -v redis-server >/dev/null; then
+		echo "    (no figure: redis-server is not installed)"
+	elif SP=$(free_port) && [ -n "$SP" ] && redis_start "$SP"; then
+		"$BDIR/bench/bench_sight" --nodes "127.0.0.1:$SP" \
+			--iters "${BENCH_SIGHT_ITERS:-31}" --dir "$WORK" \
+			--summary "$SUMMARY" ||
+			echo "    (no figure: bench_sight failed)"
+	else
+		echo "    (no figure: redis-server did not start)"
+	fi
+	redis_stop_all
+fi
 
 # --- summary ------------------------------------------------------------
 echo
