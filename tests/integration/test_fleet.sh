@@ -11,28 +11,12 @@
 # servers always go.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/redis_lib.sh"
+. "$(dirname "$0")/host_b.sh"
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD in /*) ITESTS=$BUILD/itests ;; *) ITESTS=$ROOT/$BUILD/itests ;; esac
 CL=$ITESTS/remote_client
 
-# Host B: its own store and mount; A is lib.sh's STORE and MNT.
-STORE_B=$T_DIR/store-b
-MNT_B=$T_DIR/mnt-b
-B_PID=
-mkdir -p "$MNT_B"
-
-unmount_b() {
-	if mountpoint -q "$MNT_B" 2>/dev/null; then
-		fuse_unmount "$MNT_B" 2>/dev/null || fuse_unmount -z "$MNT_B"
-	elif grep -q " $MNT_B fuse" /proc/mounts; then
-		fuse_unmount -z "$MNT_B" 2>/dev/null
-	fi
-	if [ -n "$B_PID" ]; then
-		timeout 120 tail --pid="$B_PID" -f /dev/null
-		B_PID=
-	fi
-}
 trap 'kvfs_unmount; unmount_b; redis_stop_all; t_cleanup' EXIT
 
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
@@ -61,12 +45,6 @@ timeout = 200ms
 EOC
 }
 
-mount_b() {
-	"$BIN/kvfs" "$STORE_B" "$MNT_B" || return 1
-	B_PID=$(cat "$STORE_B/kvfs.pid")
-}
-stat_a() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.kvfs/stats"; }
-stat_b() { awk -v k="$1" '$1 == k { print $2 }' "$MNT_B/.kvfs/stats"; }
 
 # until_ge STAT_FN KEY MIN: wait (at most 30 s) for the stat to reach MIN.
 until_ge() {

@@ -10,29 +10,13 @@
 # fails with EIO without the cluster). Mounts and servers always go.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/redis_lib.sh"
+. "$(dirname "$0")/host_b.sh"
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD in /*) ITESTS=$BUILD/itests ;; *) ITESTS=$ROOT/$BUILD/itests ;; esac
 RC=$ITESTS/redis_client
 CL=$ITESTS/remote_client
 
-# Host B: its own store and mount; A is lib.sh's STORE and MNT.
-STORE_B=$T_DIR/store-b
-MNT_B=$T_DIR/mnt-b
-B_PID=
-mkdir -p "$MNT_B"
-
-unmount_b() {
-	if mountpoint -q "$MNT_B" 2>/dev/null; then
-		fuse_unmount "$MNT_B" 2>/dev/null || fuse_unmount -z "$MNT_B"
-	elif grep -q " $MNT_B fuse" /proc/mounts; then
-		fuse_unmount -z "$MNT_B" 2>/dev/null
-	fi
-	if [ -n "$B_PID" ]; then
-		timeout 120 tail --pid="$B_PID" -f /dev/null
-		B_PID=
-	fi
-}
 # Daemons first (their queues drain, bounded), then the servers.
 trap 'kvfs_unmount; unmount_b; redis_stop_all; t_cleanup' EXIT
 
@@ -64,12 +48,6 @@ EOC
 mount_a() {
 	kvfs_mount
 }
-mount_b() {
-	"$BIN/kvfs" "$STORE_B" "$MNT_B" || return 1
-	B_PID=$(cat "$STORE_B/kvfs.pid")
-}
-stat_a() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.kvfs/stats"; }
-stat_b() { awk -v k="$1" '$1 == k { print $2 }' "$MNT_B/.kvfs/stats"; }
 
 # A's write-back is done, locally and to the cluster.
 a_sent() {
