@@ -9,18 +9,13 @@ MNT_B=$T_DIR/mnt-b
 B_PID=
 mkdir -p "$MNT_B"
 
-# Unmount B if it is mounted, and wait (bounded) for its daemon to end:
-# fusermount3 returns before the daemon's last write-back.
+# Unmount B as lib.sh's kvfs_unmount does A (bash's dynamic scope hands
+# it B's mount and pid), and wait, bounded, for B's daemon to end.
 unmount_b() {
-	if mountpoint -q "$MNT_B" 2>/dev/null; then
-		fuse_unmount "$MNT_B" 2>/dev/null || fuse_unmount -z "$MNT_B"
-	elif grep -q " $MNT_B fuse" /proc/mounts; then
-		fuse_unmount -z "$MNT_B" 2>/dev/null
-	fi
-	if [ -n "$B_PID" ]; then
-		timeout 120 tail --pid="$B_PID" -f /dev/null
-		B_PID=
-	fi
+	local MNT=$MNT_B KVFS_PID=$B_PID
+
+	kvfs_unmount
+	B_PID=$KVFS_PID
 }
 
 mount_b() {
