@@ -18,6 +18,15 @@ redis_stop_all() {
 	SERVERS=()
 }
 
+# The servers' programs are there (make deps installs them); a failed
+# check otherwise. Callers end the test when it returns 1.
+redis_require() {
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
+		return 0
+	t_fail "redis-server and redis-cli are installed (make deps)"
+	return 1
+}
+
 # A port that can be bound, and whose cluster bus port (+10000) can too.
 free_port() {
 	python3 - "$@" <<'PYEOF'

@@ -19,8 +19,7 @@ CL=$ITESTS/remote_client
 
 trap 'kvfs_unmount; unmount_b; redis_stop_all; t_cleanup' EXIT
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	t_fail "redis-server and redis-cli are installed (make deps)"
+if ! redis_require; then
 	t_done
 	exit 1
 fi

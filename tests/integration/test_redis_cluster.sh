@@ -15,8 +15,7 @@ case $RC in /*) ;; *) RC=$(cd "$(dirname "$0")/../.." && pwd)/$RC ;; esac
 
 trap 'redis_stop_all; t_cleanup' EXIT
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-	t_fail "redis-server and redis-cli are installed (make deps)"
+if ! redis_require; then
 	t_done
 	exit 1
 fi
