@@ -221,6 +221,12 @@ CHUNK_FX_USERS := $(BUILD)/tests/test_chunk $(BUILD)/tests/test_chunk_spec \
 $(CHUNK_FX_USERS): $(BUILD)/obj/tests/unit/chunk_fx.o
 $(CHUNK_FX_USERS): TEST_LIBS += $(LIB)
 
+# The device tier suite's harness and its other test files (gpu_tier_i.h),
+# linked the same way.
+GPU_TIER_SRCS := $(wildcard tests/unit/gpu_tier_*.c)
+$(BUILD)/tests/test_gpu_tier: $(GPU_TIER_SRCS:%.c=$(BUILD)/obj/%.o)
+$(BUILD)/tests/test_gpu_tier: TEST_LIBS += $(LIB)
+
 # The mount fuzzer's harness and target families, linked the same way.
 $(BUILD)/itests/fuzz_client: $(FUZZ_SRCS:%.c=$(BUILD)/obj/%.o)
 $(BUILD)/itests/fuzz_client: TEST_LIBS += $(LIB)
