@@ -221,6 +221,11 @@ CHUNK_FX_USERS := $(BUILD)/tests/test_chunk $(BUILD)/tests/test_chunk_spec \
 $(CHUNK_FX_USERS): $(BUILD)/obj/tests/unit/chunk_fx.o
 $(CHUNK_FX_USERS): TEST_LIBS += $(LIB)
 
+# The seeded buffers of the tier suites, linked the same way.
+TIER_FX_USERS := $(BUILD)/tests/test_tier $(BUILD)/tests/test_tier_ssd
+$(TIER_FX_USERS): $(BUILD)/obj/tests/unit/tier_fx.o
+$(TIER_FX_USERS): TEST_LIBS += $(LIB)
+
 # The device tier suite's harness and its other test files (gpu_tier_i.h),
 # linked the same way.
 GPU_TIER_SRCS := $(wildcard tests/unit/gpu_tier_*.c)
