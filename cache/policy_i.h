@@ -176,12 +176,16 @@ struct kvfs_pghost {
  * kvfs_pghost_add() - remember @key (of @size); trims the oldest entries
  *   beyond @cap.  Returns 0 or -ENOMEM (then the key is not remembered).
  * kvfs_pghost_take() - true when @key is remembered; it is forgotten.
+ * kvfs_pghost_trim() - make @cap the bound and drop the oldest entries
+ *   beyond it (ARC's ghost lists, whose bounds move with the lists they
+ *   shadow).  Never fails.
  */
 int kvfs_pghost_init(struct kvfs_pghost *g, uint64_t cap);
 void kvfs_pghost_release(struct kvfs_pghost *g);
 int kvfs_pghost_add(struct kvfs_pghost *g, const uint8_t key[16],
 		    uint64_t size);
 bool kvfs_pghost_take(struct kvfs_pghost *g, const uint8_t key[16]);
+void kvfs_pghost_trim(struct kvfs_pghost *g, uint64_t cap);
 
 /* policy_mini.c */
 

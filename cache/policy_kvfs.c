@@ -11,6 +11,15 @@
  *    which is evicted first.  In a single tier, where a miss is always
  *    cached, probation is how a first sight is "not admitted": it holds
  *    the block until the next request needs room.
+ *  - What was let go lately is remembered exactly.  The sketch halves its
+ *    counts every `window` capacities, so a block seen once just before
+ *    a halving is forgotten at once.  The keys of the blocks that left
+ *    the last tier lately are also kept as ARC keeps its ghost lists
+ *    (Megiddo & Modha, FAST '03): those let go from probation and the
+ *    tail's list while they and those lists fit in a capacity, those
+ *    let go from main while everything fits in two.  A block filled
+ *    from nowhere that is among them is a second sight, whatever the
+ *    sketch says (`recent` = 0: the sketch alone).
  *  - The request's tail.  The last block of a prompt is usually partial
  *    (fewer tokens than the largest block seen); the next turn extends it
  *    into a different block, so a first-sight partial block is the first
@@ -87,7 +96,8 @@
  * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
  * passes a returning block gets from its sketch count), refill (1),
  * hist (1; the shadows run with 0), sess (1; the shadows run with 0),
- * sight (1: other hosts' references, kvfs_policy_sight(), count here).
+ * sight (1: other hosts' references, kvfs_policy_sight(), count here),
+ * recent (1: blocks let go lately, kept as ARC's ghosts, are seen).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
@@ -160,6 +170,7 @@ enum kv_opt {
 	KO_HIST, /* keep what is known of blocks let go (the history table) */
 	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
 	KO_SIGHT, /* the fleet's sightings count as the host's own */
+	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_N
 };
 
@@ -183,6 +194,7 @@ static const struct kv_optdef {
 	[KO_HIST] = { "hist", 0, 1, 1 },
 	[KO_SESS] = { "sess", 0, 2, 1 },
 	[KO_SIGHT] = { "sight", 0, 1, 1 },
+	[KO_RECENT] = { "recent", 0, 1, 1 },
 };
 
 struct kv_tier {
@@ -225,6 +237,10 @@ struct kv_priv {
 	 * those read again, and their count; decayed with the refill gate.
 	 */
 	uint64_t ses_sum, ses_n;
+	/* The blocks let go lately, as ARC keeps its ghosts (B1 and B2):
+	 * [0] those let go from the first-sight lists, [1] from main.
+	 */
+	struct kvfs_pghost recent[2];
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -556,6 +572,44 @@ static void kv_mini_ref(struct kvfs_policy *p, struct kv_priv *f,
 	}
 }
 
+/* Whether @n was let go lately (it is forgotten there either way). */
+static bool kv_recent_take(struct kv_priv *f, const struct kvfs_pnode *n)
+{
+	bool b1, b2;
+
+	if (!f->opt[KO_RECENT])
+		return false;
+	b1 = kvfs_pghost_take(&f->recent[0], n->key);
+	b2 = kvfs_pghost_take(&f->recent[1], n->key);
+	return b1 || b2;
+}
+
+/* @n, on list @cls, left the last tier it was in: remembered among the
+ * blocks let go lately, bounded as ARC bounds its ghost lists (with
+ * probation and the tail's list as T1, main as T2, and c the capacity
+ * of all tiers): the first sights' at most c less T1, the whole at most
+ * 2c less what the tiers hold.
+ */
+static void kv_recent_put(struct kvfs_policy *p, struct kv_priv *f,
+			  const struct kvfs_pnode *n, int cls)
+{
+	uint64_t c = 0, t1 = 0, t2 = 0, b1;
+
+	for (int t = 0; t < KVFS_NTIERS; t++) {
+		c += p->capacity[t];
+		t1 += f->t[t].l[KV_TAIL].size + f->t[t].l[KV_PROB].size;
+		t2 += f->t[t].l[KV_MAIN].size;
+	}
+	kvfs_pghost_trim(&f->recent[0], c > t1 ? c - t1 : 0);
+	if (cls != KV_MAIN)
+		kvfs_pghost_add(&f->recent[0], n->key, n->size);
+	b1 = f->recent[0].size;
+	kvfs_pghost_trim(&f->recent[1],
+			 2 * c > t1 + t2 + b1 ? 2 * c - t1 - t2 - b1 : 0);
+	if (cls == KV_MAIN)
+		kvfs_pghost_add(&f->recent[1], n->key, n->size);
+}
+
 static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		      const struct kvfs_paccess *a)
 {
@@ -572,6 +626,8 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		if (f->hist.slot)
 			kvfs_phist_prefetch(&f->hist, n->key);
 		seen = kvfs_psketch_get(&f->sk, n->key);
+		if (kv_recent_take(f, n) && !seen)
+			seen = 1;
 
 		/* A block let go and written again: what was known of it. */
 		if (f->hist.slot && !(n->hist[1] & KV_REF))
@@ -687,6 +743,8 @@ static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 	struct kv_priv *f = p->priv;
 
 	kvfs_plist_unlink(&f->t[tier].l[n->t[tier].list], n, tier);
+	if (f->opt[KO_RECENT] && !n->tiers)
+		kv_recent_put(p, f, n, n->t[tier].list);
 	n->t[tier].list = 0;
 }
 
@@ -863,11 +921,20 @@ static int kv_init(struct kvfs_policy *p)
 	    kvfs_phist_init(&f->hist, (uint32_t)w << KV_HIST_SHIFT))
 		return -ENOMEM;
 	if (kvfs_psketch_init(&f->sk, (uint32_t)w,
-			      (uint64_t)f->window * (cap ? cap : 1))) {
-		kvfs_phist_release(&f->hist);
-		return -ENOMEM;
-	}
+			      (uint64_t)f->window * (cap ? cap : 1)))
+		goto out_hist;
+	if (f->opt[KO_RECENT] && (kvfs_pghost_init(&f->recent[0], 0) ||
+				  kvfs_pghost_init(&f->recent[1], 0)))
+		goto out_recent;
 	return 0;
+
+out_recent:
+	kvfs_pghost_release(&f->recent[0]);
+	kvfs_pghost_release(&f->recent[1]);
+	kvfs_psketch_release(&f->sk);
+out_hist:
+	kvfs_phist_release(&f->hist);
+	return -ENOMEM;
 }
 
 static void kv_release(struct kvfs_policy *p)
@@ -876,6 +943,8 @@ static void kv_release(struct kvfs_policy *p)
 
 	kvfs_psketch_release(&f->sk);
 	kvfs_phist_release(&f->hist);
+	kvfs_pghost_release(&f->recent[0]);
+	kvfs_pghost_release(&f->recent[1]);
 	if (f->mini_on)
 		for (size_t c = 0; c < KV_NCAND; c++)
 			kvfs_pmini_release(&f->sh[c]);

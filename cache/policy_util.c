@@ -467,3 +467,10 @@ bool kvfs_pghost_take(struct kvfs_pghost *g, const uint8_t key[16])
 	ghost_del_slot(g, i);
 	return true;
 }
+
+void kvfs_pghost_trim(struct kvfs_pghost *g, uint64_t cap)
+{
+	g->cap = cap;
+	while (g->n && (g->size > cap || !ghost_live(g, &g->ring[g->head])))
+		ghost_pop(g);
+}

@@ -127,6 +127,53 @@ static void test_sight(void **state)
 	kvfs_policy_free(p);
 }
 
+/* A block let go lately is a second sight even when the sketch has
+ * forgotten it: the sketch halves its counts every `window` capacities
+ * of references, and a block seen once just before a halving is gone
+ * from it at once, while ARC's ghost list keeps the last capacity of
+ * first sights let go, however soon they come back.  Here the sketch
+ * (window 1 of a 4-block cache) is halved twice by hits on m after a
+ * was let go.  With `recent=0` a is then a first sight again, and goes
+ * before the newer first sight b.
+ */
+static void run_recent(bool on)
+{
+	const char *k[] = { "window", "hist", "recent" };
+	const char *v[] = { "1", "0", on ? "1" : "0" };
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode m, a, b;
+	struct kvfs_pnode *path[1] = { &m };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 3, cap, &p), 0);
+	mknode(&m, 1, NULL, 16);
+	mknode(&a, 2, NULL, 16);
+	mknode(&b, 3, NULL, 16);
+	ins(p, GPU, &m, 1);
+	for (uint64_t r = 2; r < 4; r++) {
+		struct kvfs_paccess x = { .now = r, .request = r, .hit = true };
+
+		kvfs_policy_access(p, path, 1, &x); /* m: main */
+	}
+	ins(p, GPU, &a, 4);
+	assert_ptr_equal(evict(p, GPU), &a); /* a first sight: let go */
+	for (uint64_t r = 5; r < 13; r++) {
+		struct kvfs_paccess x = { .now = r, .request = r, .hit = true };
+
+		kvfs_policy_access(p, path, 1, &x);
+	}
+	ins(p, GPU, &a, 13);
+	ins(p, GPU, &b, 14);
+	assert_ptr_equal(evict(p, GPU), on ? &b : &a);
+	kvfs_policy_free(p);
+}
+
+static void test_recent(void **state)
+{
+	run_recent(true);
+	run_recent(false);
+}
+
 /* A first-sight partial block (the tail of a prompt) goes before full
  * first sights, though it is newer; seen twice it is like any other.
  */
@@ -797,6 +844,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_second_sight),
 		cmocka_unit_test(test_sight),
+		cmocka_unit_test(test_recent),
 		cmocka_unit_test(test_tail),
 		cmocka_unit_test(test_suffix),
 		cmocka_unit_test(test_turn),
