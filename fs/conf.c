@@ -660,31 +660,30 @@ static int set_remote_backend(struct conf_state *st, const struct conf_key *k,
 	return 0;
 }
 
+/* kvfs_rc_addr_fn for checking a list: every well-formed address is fine. */
+static int addr_ok(void *arg, const char *host, int port)
+{
+	(void)arg;
+	(void)host;
+	(void)port;
+	return 0;
+}
+
 /* A list of host:port seeds, each as the cluster client parses it. */
 static int set_remote_nodes(struct conf_state *st, const struct conf_key *k,
 			    const char *val, void *field)
 {
-	char host[KVFS_RC_HOST_MAX];
-	const char *p = val;
-	int port;
+	const char *bad = val;
+	size_t badlen = 0;
 
 	if (strlen(val) >= k->len)
 		return kvfs_conf_fail(st, st->lineno,
 				      "%s: value longer than %zu bytes",
 				      k->name, k->len - 1);
-	do {
-		size_t len = strcspn(p, ",");
-		size_t lead = strspn(p, " \t");
-		size_t n = len > lead ? len - lead : 0;
-
-		while (n && (p[lead + n - 1] == ' ' || p[lead + n - 1] == '\t'))
-			n--;
-		if (kvfs_rc_parse_addr(p + lead, n, host, sizeof(host), &port))
-			return kvfs_conf_fail(st, st->lineno,
-					      "%s: '%.*s' is not host:port",
-					      k->name, (int)len, p);
-		p += len;
-	} while (*p++ == ',');
+	if (kvfs_rc_parse_list(val, addr_ok, NULL, &bad, &badlen))
+		return kvfs_conf_fail(st, st->lineno,
+				      "%s: '%.*s' is not host:port",
+				      k->name, (int)badlen, bad);
 	memcpy(field, val, strlen(val) + 1);
 	return 0;
 }

@@ -113,6 +113,36 @@ int kvfs_rc_parse_addr(const char *s, size_t len, char *host, size_t hostlen,
 	return 0;
 }
 
+int kvfs_rc_parse_list(const char *list, kvfs_rc_addr_fn fn, void *arg,
+		       const char **bad, size_t *badlen)
+{
+	char host[KVFS_RC_HOST_MAX];
+	const char *p = list;
+	int port, rc;
+
+	do {
+		size_t len = strcspn(p, ",");
+		size_t lead = strspn(p, " \t");
+		size_t n = len > lead ? len - lead : 0;
+
+		while (n && (p[lead + n - 1] == ' ' || p[lead + n - 1] == '\t'))
+			n--;
+		if (kvfs_rc_parse_addr(p + lead, n, host, sizeof(host),
+				       &port)) {
+			if (bad)
+				*bad = p;
+			if (badlen)
+				*badlen = len;
+			return -EINVAL;
+		}
+		rc = fn(arg, host, port);
+		if (rc)
+			return rc;
+		p += len;
+	} while (*p++ == ',');
+	return 0;
+}
+
 int kvfs_rc_parse_redirect(const char *err, int *ask, unsigned *slot,
 			   char *host, size_t hostlen, int *port)
 {
@@ -704,12 +734,24 @@ out_free:
 
 /* ---- life ---- */
 
+/* kvfs_rc_addr_fn for the seeds: each becomes a node. */
+static int seed_add(void *arg, const char *host, int port)
+{
+	struct kvfs_rc *rc = arg;
+	int ret;
+
+	pthread_rwlock_wrlock(&rc->topo);
+	ret = node_add(rc, host, port);
+	pthread_rwlock_unlock(&rc->topo);
+	return ret < 0 ? ret : 0;
+}
+
 int kvfs_rc_new(const struct kvfs_rc_conf *c, struct kvfs_rc **out)
 {
 	struct kvfs_rc *rc;
-	char host[KVFS_RC_HOST_MAX];
-	const char *p;
-	int ret = -EINVAL, port;
+	const char *bad = NULL;
+	size_t badlen = 0;
+	int ret = -EINVAL;
 
 	*out = NULL;
 	if (!c->nodes || !*c->nodes)
@@ -729,29 +771,12 @@ int kvfs_rc_new(const struct kvfs_rc_conf *c, struct kvfs_rc **out)
 	}
 	rc->c.nodes = rc->seeds;
 	rc->c.password = rc->password;
-	for (p = rc->seeds; *p;) {
-		size_t len = strcspn(p, ",");
-		size_t lead = strspn(p, " \t");
-		size_t tlen = len - (lead < len ? lead : len);
-
-		while (tlen && (p[lead + tlen - 1] == ' ' ||
-				p[lead + tlen - 1] == '\t'))
-			tlen--;
-		if (kvfs_rc_parse_addr(p + lead, tlen, host, sizeof(host),
-				       &port)) {
-			kvfs_err("remote: bad node address '%.*s' (host:port)",
-				 (int)len, p);
-			goto out_free;
-		}
-		pthread_rwlock_wrlock(&rc->topo);
-		ret = node_add(rc, host, port);
-		pthread_rwlock_unlock(&rc->topo);
-		if (ret < 0)
-			goto out_free;
-		p += len;
-		if (*p == ',')
-			p++;
-	}
+	ret = kvfs_rc_parse_list(rc->seeds, seed_add, rc, &bad, &badlen);
+	if (ret == -EINVAL)
+		kvfs_err("remote: bad node address '%.*s' (host:port)",
+			 (int)badlen, bad);
+	if (ret)
+		goto out_free;
 	rc->nseeds = rc->nnodes;
 	if (kvfs_rc_refresh(rc))
 		kvfs_warn("remote: no seed of '%s' answers yet", rc->seeds);

@@ -61,6 +61,23 @@ uint64_t kvfs_rc_backoff_ms(unsigned attempt, unsigned base_ms,
 int kvfs_rc_parse_addr(const char *s, size_t len, char *host, size_t hostlen,
 		       int *port);
 
+/*
+ * kvfs_rc_addr_fn - called by kvfs_rc_parse_list() once per address, in
+ * order. Returns 0 to go on; anything else stops the walk and is returned.
+ */
+typedef int (*kvfs_rc_addr_fn)(void *arg, const char *host, int port);
+
+/*
+ * kvfs_rc_parse_list() - walk "host:port[,host:port...]", blanks around
+ * each item allowed, calling @fn(@arg, host, port) for each. An empty
+ * item (an empty @list, a doubled or trailing comma) is malformed.
+ * Returns 0, -EINVAL on the first malformed item (then *@bad and *@badlen,
+ * where not NULL, name it as written, for the caller's message), or what
+ * @fn returned. Pure apart from @fn.
+ */
+int kvfs_rc_parse_list(const char *list, kvfs_rc_addr_fn fn, void *arg,
+		       const char **bad, size_t *badlen);
+
 struct kvfs_rc_conf {
 	const char *nodes; /* seeds: "host:port[,host:port...]" */
 	const char *password; /* AUTH; NULL or "" for none */

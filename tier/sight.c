@@ -640,25 +640,15 @@ static void *sub_main(void *arg)
 /* ---- the instance ---- */
 
 /* "host:port[,host:port...]" into s->seed. 0 or -EINVAL. */
-static int parse_seeds(struct kvfs_sight *s, const char *nodes)
+/* kvfs_rc_addr_fn for the seeds of a redis bus. */
+static int seed_add(void *arg, const char *host, int port)
 {
-	const char *p = nodes;
+	struct kvfs_sight *s = arg;
 
-	do {
-		size_t len = strcspn(p, ",");
-		size_t lead = strspn(p, " \t");
-		size_t n = len > lead ? len - lead : 0;
-
-		while (n && (p[lead + n - 1] == ' ' || p[lead + n - 1] == '\t'))
-			n--;
-		if (s->nseeds == SEEDS_MAX ||
-		    kvfs_rc_parse_addr(p + lead, n, s->seed[s->nseeds].host,
-				       sizeof(s->seed[0].host),
-				       &s->seed[s->nseeds].port))
-			return -EINVAL;
-		s->nseeds++;
-		p += len;
-	} while (*p++ == ',');
+	if (s->nseeds == SEEDS_MAX)
+		return -EINVAL;
+	snprintf(s->seed[s->nseeds].host, sizeof(s->seed[0].host), "%s", host);
+	s->seed[s->nseeds++].port = port;
 	return 0;
 }
 
@@ -697,7 +687,7 @@ int kvfs_sight_new(const struct kvfs_sight_conf *c,
 		goto out_free;
 	}
 	if (c->backend == KVFS_SIGHT_REDIS &&
-	    (!c->nodes[0] || parse_seeds(s, c->nodes))) {
+	    (!c->nodes[0] || kvfs_rc_parse_list(c->nodes, seed_add, s, NULL, NULL))) {
 		rc = -EINVAL;
 		goto out_free;
 	}

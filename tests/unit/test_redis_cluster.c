@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -137,6 +138,69 @@ static void test_addr(void **state)
 			 -EINVAL);
 }
 
+struct addr_seen {
+	char host[4][64];
+	int port[4];
+	int n;
+	int stop_at; /* the callback refuses this item (-ENOSPC); -1: none */
+};
+
+static int addr_note(void *arg, const char *host, int port)
+{
+	struct addr_seen *a = arg;
+
+	if (a->n == a->stop_at)
+		return -ENOSPC;
+	snprintf(a->host[a->n], sizeof(a->host[0]), "%s", host);
+	a->port[a->n++] = port;
+	return 0;
+}
+
+static void test_addr_list(void **state)
+{
+	struct addr_seen a = { .stop_at = -1 };
+	const char *bad = NULL;
+	size_t badlen = 0;
+
+	/* Blanks around an item are not part of it. */
+	assert_int_equal(kvfs_rc_parse_list(" a:1 ,\tb.example:6380\t",
+					    addr_note, &a, &bad, &badlen),
+			 0);
+	assert_int_equal(a.n, 2);
+	assert_string_equal(a.host[0], "a");
+	assert_int_equal(a.port[0], 1);
+	assert_string_equal(a.host[1], "b.example");
+	assert_int_equal(a.port[1], 6380);
+
+	/* The first bad item is named as written; the good ones before it
+	 * were already handed over. */
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	assert_int_equal(kvfs_rc_parse_list("a:1, b:0 ,c:3", addr_note, &a,
+					    &bad, &badlen),
+			 -EINVAL);
+	assert_int_equal(a.n, 1);
+	assert_int_equal((int)badlen, 5);
+	assert_memory_equal(bad, " b:0 ", 5);
+
+	/* Empty lists and empty items are malformed, not skipped. */
+	assert_int_equal(kvfs_rc_parse_list("", addr_note, &a, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(kvfs_rc_parse_list("a:1,", addr_note, &a, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(kvfs_rc_parse_list("a:1,,b:2", addr_note, &a, NULL,
+					    NULL),
+			 -EINVAL);
+
+	/* What the callback returns stops the walk and comes back. */
+	memset(&a, 0, sizeof(a));
+	a.stop_at = 1;
+	assert_int_equal(kvfs_rc_parse_list("a:1,b:2,c:3", addr_note, &a, NULL,
+					    NULL),
+			 -ENOSPC);
+	assert_int_equal(a.n, 1);
+}
+
 static void test_backoff(void **state)
 {
 	assert_int_equal(kvfs_rc_backoff_ms(0, 10, 200), 10);
@@ -204,6 +268,7 @@ int main(void)
 		cmocka_unit_test(test_hash_tags),
 		cmocka_unit_test(test_redirects),
 		cmocka_unit_test(test_addr),
+		cmocka_unit_test(test_addr_list),
 		cmocka_unit_test(test_backoff),
 		cmocka_unit_test(test_bad_seeds),
 		cmocka_unit_test(test_no_server),
