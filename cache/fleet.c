@@ -7,7 +7,8 @@
  * handed to the policy.  The transport lives in tier/sight.c.
  *
  * Lock order: c->policy_lock, then the instance's buffer lock (a note);
- * a delivery takes c->policy_lock holding none of the instance's.
+ * a delivery looks its keys up in the index (a shard lock each), then
+ * takes c->policy_lock, holding none of the instance's.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,21 +22,37 @@
  */
 #define FLEET_KEYS_PER_LOCK 256
 
-/* Other hosts referenced @keys. */
+/* Other hosts referenced @keys.  The blocks this host holds are looked up
+ * first, outside the policy's lock, so the policy can count the fleet's
+ * reference toward their place; the references taken are dropped after
+ * it, since a last one may free a block.
+ */
 static void fleet_deliver(void *arg, const uint8_t (*keys)[KVFS_KEY_LEN],
 			  size_t n)
 {
+	struct kvfs_block *held[FLEET_KEYS_PER_LOCK];
 	struct kvfs_cache *c = arg;
 
 	for (size_t i = 0; i < n;) {
-		size_t end = n - i > FLEET_KEYS_PER_LOCK ?
-				     i + FLEET_KEYS_PER_LOCK :
-				     n;
+		size_t k = n - i > FLEET_KEYS_PER_LOCK ? FLEET_KEYS_PER_LOCK :
+							  n - i;
 
+		for (size_t j = 0; j < k; j++)
+			held[j] = kvfs_index_find_key(c, keys[i + j]);
 		pthread_mutex_lock(&c->policy_lock);
-		for (; i < end; i++)
-			kvfs_policy_sight(c->policy, keys[i]);
+		for (size_t j = 0; j < k; j++) {
+			struct kvfs_block *b = held[j];
+			bool live = b && !(atomic_load(&b->flags) &
+					   KVFS_B_DELETED);
+
+			kvfs_policy_sight(c->policy, keys[i + j],
+					  live ? &b->pn : NULL);
+		}
 		pthread_mutex_unlock(&c->policy_lock);
+		for (size_t j = 0; j < k; j++)
+			if (held[j])
+				kvfs_cache_put(c, held[j]);
+		i += k;
 	}
 }
 

@@ -214,8 +214,9 @@ void kvfs_policy_tick(struct kvfs_policy *p, const struct kvfs_paccess *a)
 		p->ops->tick(p, a);
 }
 
-void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16])
+void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16],
+		       struct kvfs_pnode *n)
 {
 	if (p->ops->sight)
-		p->ops->sight(p, key);
+		p->ops->sight(p, key, n && n->tiers ? n : NULL);
 }

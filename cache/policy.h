@@ -105,8 +105,11 @@ struct kvfs_policy_ops {
 			  struct kvfs_pmove *plan, size_t max);
 	/* Periodic work: aging, refits. */
 	void (*tick)(struct kvfs_policy *p, const struct kvfs_paccess *a);
-	/* Another host of the fleet referenced the block of key @key. */
-	void (*sight)(struct kvfs_policy *p, const uint8_t key[16]);
+	/* Another host of the fleet referenced the block of key @key; @n
+	 * is this cache's node of it while a tier holds it, else NULL.
+	 */
+	void (*sight)(struct kvfs_policy *p, const uint8_t key[16],
+		      struct kvfs_pnode *n);
 };
 
 struct kvfs_policy {
@@ -154,10 +157,14 @@ size_t kvfs_policy_promote(struct kvfs_policy *p, int lower, int upper,
 void kvfs_policy_tick(struct kvfs_policy *p, const struct kvfs_paccess *a);
 /*
  * kvfs_policy_sight() - another host of the fleet referenced the block of
- * key @key, which this cache may never have held.  A policy without
- * ->sight ignores it.  Never fails; the caller's lock as for every call.
+ * key @key, which this cache may never have held.  @n is this cache's
+ * node of the block when a tier of it holds the block (n->tiers != 0),
+ * else NULL: a policy may then count the reference toward the block's
+ * place, as the fleet's demand for it.  A policy without ->sight ignores
+ * the call.  Never fails; the caller's lock as for every call.
  */
-void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16]);
+void kvfs_policy_sight(struct kvfs_policy *p, const uint8_t key[16],
+		       struct kvfs_pnode *n);
 /* True when @n is resident in @tier and no child of it is. */
 bool kvfs_policy_is_leaf(const struct kvfs_pnode *n, int tier);
 

@@ -76,6 +76,12 @@
  *    over blocks seen at least twice; blocks of one request share an
  *    order stamp, deepest first.  `prob` (per mille) keeps a share of a
  *    tier for probation; the default 0 always evicts probation first.
+ *  - The fleet's references.  A key another host referenced
+ *    (kvfs_policy_sight()) is a sighting in the sketch, so a block the
+ *    fleet has seen enters main at its first fill here; and a block this
+ *    host holds is referenced as by a hit of its own (out of probation
+ *    into main, or one more CLOCK pass): demand on the fleet is demand a
+ *    balancer will send here too (`sight`: 0 ignored, 1 the sketch only).
  *
  *  - The horizon chooses itself.  How long a first sight is remembered
  *    (`window`) is what traces disagree on: some reuse a block many
@@ -96,7 +102,8 @@
  * conv (1), leaf (0), lru (0: 1 makes main an LRU), credit (0: CLOCK
  * passes a returning block gets from its sketch count), refill (1),
  * hist (1; the shadows run with 0), sess (1; the shadows run with 0),
- * sight (1: other hosts' references, kvfs_policy_sight(), count here),
+ * sight (2: other hosts' references, kvfs_policy_sight(), count in the
+ * sketch and as hits on blocks held; 1 the sketch only),
  * recent (1: blocks let go lately, kept as ARC's ghosts, are seen).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
@@ -169,7 +176,7 @@ enum kv_opt {
 	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
 	KO_HIST, /* keep what is known of blocks let go (the history table) */
 	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
-	KO_SIGHT, /* the fleet's sightings count as the host's own */
+	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as hits */
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_N
 };
@@ -193,7 +200,7 @@ static const struct kv_optdef {
 	[KO_REFILL] = { "refill", 0, 2, 1 },
 	[KO_HIST] = { "hist", 0, 1, 1 },
 	[KO_SESS] = { "sess", 0, 2, 1 },
-	[KO_SIGHT] = { "sight", 0, 1, 1 },
+	[KO_SIGHT] = { "sight", 0, 2, 2 },
 	[KO_RECENT] = { "recent", 0, 1, 1 },
 };
 
@@ -707,6 +714,30 @@ static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
 	return 3 + f->opt[KO_CREDIT];
 }
 
+/* A reference to @x, resident: in each tier holding it, one more CLOCK
+ * pass in main (or, with `lru`, main's tail at stamp @st); out of the
+ * other lists into main.
+ */
+static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
+{
+	for (int t = 0; t < KVFS_NTIERS; t++) {
+		struct kv_tier *q = &f->t[t];
+
+		if (!(x->tiers & (1u << t)))
+			continue;
+		if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
+			if (x->t[t].idx < kv_passes(f, x))
+				x->t[t].idx++;
+			continue;
+		}
+		x->t[t].idx = 0;
+		kvfs_plist_unlink(&q->l[x->t[t].list], x, t);
+		x->t[t].list = KV_MAIN;
+		f->main_in++;
+		kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
+	}
+}
+
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		      size_t n, const struct kvfs_paccess *a)
 {
@@ -719,26 +750,9 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		kv_mini_ref(p, f, path[i], a);
 	/* Deepest first: each lands at the tail of the newest segment. */
 	for (size_t i = n; i-- > 0;) {
-		struct kvfs_pnode *x = path[i];
-
-		kvfs_psketch_add(&f->sk, x->key);
-		kv_ref(f, x);
-		for (int t = 0; t < KVFS_NTIERS; t++) {
-			struct kv_tier *q = &f->t[t];
-
-			if (!(x->tiers & (1u << t)))
-				continue;
-			if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
-				if (x->t[t].idx < kv_passes(f, x))
-					x->t[t].idx++;
-				continue;
-			}
-			x->t[t].idx = 0;
-			kvfs_plist_unlink(&q->l[x->t[t].list], x, t);
-			x->t[t].list = KV_MAIN;
-			f->main_in++;
-			kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
-		}
+		kvfs_psketch_add(&f->sk, path[i]->key);
+		kv_ref(f, path[i]);
+		kv_touch(f, path[i], st);
 	}
 }
 
@@ -863,12 +877,21 @@ static bool kv_admit(struct kvfs_policy *p, int from, int to,
  * (docs/policies.md, eighteenth round).  The shadows are not told: they
  * choose the horizon on the host's own references.
  */
-static void kv_sight(struct kvfs_policy *p, const uint8_t key[16])
+/* Another host referenced @key: a sighting, and, for a block held here
+ * (@n), a reference to its place.  Neither its stamp nor the gates'
+ * means move: those measure this host's own reuse.  The shadows are not
+ * told; they choose the horizon on the host's own references.
+ */
+static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
+		     struct kvfs_pnode *n)
 {
 	struct kv_priv *f = p->priv;
 
-	if (f->opt[KO_SIGHT])
-		kvfs_psketch_add(&f->sk, key);
+	if (!f->opt[KO_SIGHT])
+		return;
+	kvfs_psketch_add(&f->sk, key);
+	if (n && f->opt[KO_SIGHT] >= 2)
+		kv_touch(f, n, kvfs_pclock_stamp(&f->clock, NULL));
 }
 
 static int kv_set(struct kvfs_policy *p, const char *key, const char *val)

@@ -66,7 +66,8 @@ static void fleet_sight_due(struct fleet *f, const struct kvfs_fleet_conf *c,
 		for (unsigned h = 0; h < c->hosts; h++) {
 			if (h == g->host)
 				continue;
-			kvfs_policy_sight(host[h].p, key);
+			kvfs_policy_sight(host[h].p, key,
+					  &host[h].nodes[g->node].pn);
 			st->sightings++;
 		}
 	}

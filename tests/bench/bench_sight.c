@@ -503,7 +503,7 @@ static double direct_sample(struct bench *B)
 
 		pthread_mutex_lock(&B->direct_lock);
 		for (; i < end; i++)
-			kvfs_policy_sight(B->direct, B->keys[i]);
+			kvfs_policy_sight(B->direct, B->keys[i], NULL);
 		pthread_mutex_unlock(&B->direct_lock);
 	}
 	return (double)B->o.keys / ((double)(bench_now_ns() - t0) / 1e9);

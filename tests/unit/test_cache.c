@@ -1071,6 +1071,32 @@ static void test_fleet_sightings(void **state)
 			 0);
 }
 
+/*
+ * A block A holds on its first sight, then referenced on B: B's word
+ * reaches A's policy with A's copy of the block, which leaves the list of
+ * first sights for the list a block seen before enters (B's copy, which
+ * A's sighting had made a second sight there).  Block 5 is an orphan on
+ * both (its parent, 4, was never written), so no prefix rule applies.
+ */
+static void test_fleet_sighting_held(void **state)
+{
+	struct fx *f = *state, *a = &f[0], *b = &f[1];
+	int before, seen;
+
+	assert_int_equal(put_block(a, 5, NULL), 0);
+	before = dram_list(a, 5);
+	assert_int_equal(kvfs_sight_flush(a->c->sight), 0);
+	assert_int_equal(stat_of(b, "fleet.sight.keys_in"), 1);
+	assert_int_equal(put_block(b, 5, NULL), 0);
+	seen = dram_list(b, 5);
+	assert_int_not_equal(before, seen);
+	assert_int_equal(dram_list(a, 5), before);
+	assert_int_equal(kvfs_sight_flush(b->c->sight), 0);
+	assert_int_equal(stat_of(a, "fleet.sight.keys_in"), 1);
+	assert_int_equal(dram_list(a, 5), seen);
+	check_block(a, 5);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1103,6 +1129,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pin_fails_not_recorded,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fleet_sightings,
+						setup_fleet, teardown_fleet),
+		cmocka_unit_test_setup_teardown(test_fleet_sighting_held,
 						setup_fleet, teardown_fleet),
 		cmocka_unit_test_setup_teardown(test_remote_roundtrip,
 						setup_remote, teardown),

@@ -93,10 +93,10 @@ static void test_second_sight(void **state)
  * fleet's word is ignored and it is evicted first, as a first sight.
  * Other policies take the call and ignore it.
  */
-static void run_sight(bool on)
+static void run_sight(const char *level)
 {
 	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
-	const char *k[] = { "sight" }, *v[] = { on ? "1" : "0" };
+	const char *k[] = { "sight" }, *v[] = { level };
 	struct kvfs_policy *p = NULL;
 	struct kvfs_pnode a, b, c, d;
 
@@ -105,12 +105,43 @@ static void run_sight(bool on)
 	mknode(&b, 2, NULL, 16);
 	mknode(&c, 3, NULL, 16);
 	mknode(&d, 4, NULL, 16);
-	kvfs_policy_sight(p, a.key);
+	/* Not held here: the caller passes no node. */
+	kvfs_policy_sight(p, a.key, NULL);
 	ins(p, GPU, &a, 1);
 	ins(p, GPU, &b, 2);
 	ins(p, GPU, &c, 3);
 	ins(p, GPU, &d, 4);
-	assert_ptr_equal(evict(p, GPU), on ? &b : &a);
+	assert_ptr_equal(evict(p, GPU), strcmp(level, "0") ? &b : &a);
+	kvfs_policy_free(p);
+}
+
+/* A block this host holds on its first sight, referenced by another host:
+ * with `sight=2` (the default) the fleet's reference moves it to main as
+ * a hit here would, and the newer first sights go before it; with 1 the
+ * sighting only feeds the sketch, and it is still the oldest first
+ * sight.  A node no tier holds is not passed on as one.
+ */
+static void run_sight_held(const char *level)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "sight" }, *v[] = { level };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode a, b, c, d, gone;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&a, 1, NULL, 16);
+	mknode(&b, 2, NULL, 16);
+	mknode(&c, 3, NULL, 16);
+	mknode(&d, 4, NULL, 16);
+	mknode(&gone, 5, NULL, 16);
+	ins(p, GPU, &a, 1);
+	ins(p, GPU, &b, 2);
+	ins(p, GPU, &c, 3);
+	ins(p, GPU, &d, 4);
+	kvfs_policy_sight(p, a.key, &a);
+	kvfs_policy_sight(p, gone.key, &gone);
+	assert_int_equal(gone.tiers, 0);
+	assert_ptr_equal(evict(p, GPU), strcmp(level, "2") ? &a : &b);
 	kvfs_policy_free(p);
 }
 
@@ -118,12 +149,19 @@ static void test_sight(void **state)
 {
 	struct kvfs_policy *p = NULL;
 	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
-	uint8_t key[16] = { 7 };
+	struct kvfs_pnode a;
 
-	run_sight(true);
-	run_sight(false);
+	run_sight("2");
+	run_sight("1");
+	run_sight("0");
+	run_sight_held("2");
+	run_sight_held("1");
+	run_sight_held("0");
 	assert_int_equal(kvfs_policy_new("lru", NULL, NULL, 0, cap, &p), 0);
-	kvfs_policy_sight(p, key);
+	mknode(&a, 7, NULL, 16);
+	ins(p, GPU, &a, 1);
+	kvfs_policy_sight(p, a.key, &a);
+	assert_ptr_equal(evict(p, GPU), &a);
 	kvfs_policy_free(p);
 }
 
@@ -413,7 +451,7 @@ static void test_options(void **state)
 	const char *k8[] = { "conv" }, *v8[] = { "4" };
 	const char *k9[] = { "refill" }, *v9[] = { "3" };
 	const char *k10[] = { "sess" }, *v10[] = { "3" };
-	const char *k11[] = { "sight" }, *v11[] = { "2" };
+	const char *k11[] = { "sight" }, *v11[] = { "3" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;

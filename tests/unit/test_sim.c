@@ -398,12 +398,16 @@ static void test_fleet_belady_host(void **state)
  * kvfs's policy.  Host 1 reads A (t = 1) just before host 0 first does
  * (t = 2).  Told at once, host 0 takes A for a second sight: main, and
  * the first sights X and Y take turns in probation, so A is still there
- * at t = 8.  Unheard, or heard too late (5 ms: at t = 6, A already in
- * probation), A goes before Y comes and t = 8 misses.
+ * at t = 8.  Unheard, A goes before Y comes and t = 8 misses.  Heard
+ * 5 ms late (at t = 6, A in probation here), the word still finds A held
+ * and moves it to main as a hit would; with `sight=1` (the sketch only)
+ * that is too late.  Heard 7 ms late (at t = 8), A is gone by then.
  */
 static void test_fleet_sight(void **state)
 {
 	static const uint32_t ids[] = { 9, 1, 1, 7, 2, 8, 3, 6, 1 };
+	static const char *const sketch_k[] = { "sight" };
+	static const char *const sketch_v[] = { "1" };
 	char lines[1024];
 	size_t len = 0;
 	struct kvfs_fleet_conf c = { .policy = "kvfs", .hosts = 2,
@@ -435,8 +439,19 @@ static void test_fleet_sight(void **state)
 	assert_int_equal(st.sightings, 8);
 	c.sight_ms = 5;
 	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
-	assert_int_equal(st.hit_blocks, 0);
+	assert_int_equal(st.hit_blocks, 1);
 	assert_int_equal(st.sightings, 4); /* those of t = 0 to 3 */
+	c.keys = sketch_k;
+	c.vals = sketch_v;
+	c.nopts = 1;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 0);
+	assert_int_equal(st.sightings, 4);
+	c.nopts = 0;
+	c.sight_ms = 7;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 0);
+	assert_int_equal(st.sightings, 2); /* those of t = 0 and 1 */
 	/* lru has nothing to do with them. */
 	c.policy = "lru";
 	c.sight_ms = 0;
