@@ -248,6 +248,13 @@ struct kv_priv {
 	 * [0] those let go from the first-sight lists, [1] from main.
 	 */
 	struct kvfs_pghost recent[2];
+	/* The fleet's sightings (kv_sight()), apart from the host's own in
+	 * sk so that hearing N - 1 other hosts does not halve sk N times as
+	 * often; halved with sk.  Allocated at the first sighting (c NULL
+	 * before, or when that failed: sightings are then only moves).
+	 */
+	struct kvfs_psketch fleet;
+	bool fleet_tried;
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -273,6 +280,23 @@ static bool kv_conv(const struct kvfs_pnode *n)
 /* A reference to @n (a hit or a fill from nowhere): a conversation's
  * block adds its gap since its last one to the gate's mean.
  */
+/* The sightings of @key the policy remembers: its own and the fleet's. */
+static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
+{
+	uint32_t s = kvfs_psketch_get(&f->sk, key);
+
+	if (f->fleet.c)
+		s += kvfs_psketch_get(&f->fleet, key);
+	return s;
+}
+
+/* One sighting of @key by this host; the fleet's sketch keeps its clock. */
+static void kv_count(struct kv_priv *f, const uint8_t key[16])
+{
+	if (kvfs_psketch_add(&f->sk, key) && f->fleet.c)
+		kvfs_psketch_halve(&f->fleet);
+}
+
 static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
 {
 	uint64_t gap = (f->fills - (n->hist[1] >> KV_REF_SHIFT)) & KV_REF_MASK;
@@ -636,7 +660,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 
 		if (f->hist.slot)
 			kvfs_phist_prefetch(&f->hist, n->key);
-		seen = kvfs_psketch_get(&f->sk, n->key);
+		seen = kv_seen(f, n->key);
 		if (kv_recent_take(f, n) && !seen)
 			seen = 1;
 
@@ -655,7 +679,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			f->insz += n->size;
 			kv_horizon(p, f);
 		}
-		kvfs_psketch_add(&f->sk, n->key);
+		kv_count(f, n->key);
 		kv_ref(f, n);
 		if (seen && kv_conv(n) && kv_gate(f)) {
 			/* A conversation's context, refilled: held in
@@ -750,7 +774,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		kv_mini_ref(p, f, path[i], a);
 	/* Deepest first: each lands at the tail of the newest segment. */
 	for (size_t i = n; i-- > 0;) {
-		kvfs_psketch_add(&f->sk, path[i]->key);
+		kv_count(f, path[i]->key);
 		kv_ref(f, path[i]);
 		kv_touch(f, path[i], st);
 	}
@@ -889,7 +913,13 @@ static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 
 	if (!f->opt[KO_SIGHT])
 		return;
-	kvfs_psketch_add(&f->sk, key);
+	if (!f->fleet_tried) {
+		f->fleet_tried = true;
+		if (kvfs_psketch_init(&f->fleet, f->sk.width, UINT64_MAX))
+			f->fleet.c = NULL;
+	}
+	if (f->fleet.c)
+		kvfs_psketch_add(&f->fleet, key);
 	if (n && f->opt[KO_SIGHT] >= 2)
 		kv_touch(f, n, kvfs_pclock_stamp(&f->clock, NULL));
 }
@@ -969,6 +999,7 @@ static void kv_release(struct kvfs_policy *p)
 	struct kv_priv *f = p->priv;
 
 	kvfs_psketch_release(&f->sk);
+	kvfs_psketch_release(&f->fleet);
 	kvfs_phist_release(&f->hist);
 	kvfs_pghost_release(&f->recent[0]);
 	kvfs_pghost_release(&f->recent[1]);

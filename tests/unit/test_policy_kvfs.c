@@ -145,6 +145,43 @@ static void run_sight_held(const char *level)
 	kvfs_policy_free(p);
 }
 
+/* The fleet's sightings keep a sketch of their own, on the host's own
+ * clock: however many keys other hosts send, the host's own sightings are
+ * halved only every `window` capacities of its own references.  Here
+ * (window 1 of a 4-block cache, so the host's sketch halves every 4 of
+ * its own) a is seen once, let go, and 8 keys are heard before it comes
+ * back: it is still a second sight, enters main, and outlives the newer
+ * first sights b, c, d.  Counted in one sketch, the 8 would have halved
+ * a's sighting away twice.
+ */
+static void test_sight_own_clock(void **state)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "window", "hist", "recent" };
+	const char *v[] = { "1", "0", "0" };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode a, b, c, d, h;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 3, cap, &p), 0);
+	mknode(&a, 1, NULL, 16);
+	mknode(&b, 2, NULL, 16);
+	mknode(&c, 3, NULL, 16);
+	mknode(&d, 4, NULL, 16);
+	ins(p, GPU, &a, 1);
+	assert_ptr_equal(evict(p, GPU), &a);
+	kvfs_policy_forget(p, &a);
+	for (uint64_t i = 0; i < 8; i++) {
+		mknode(&h, 100 + i, NULL, 16);
+		kvfs_policy_sight(p, h.key, NULL);
+	}
+	ins(p, GPU, &a, 2);
+	ins(p, GPU, &b, 3);
+	ins(p, GPU, &c, 4);
+	ins(p, GPU, &d, 5);
+	assert_ptr_equal(evict(p, GPU), &b);
+	kvfs_policy_free(p);
+}
+
 static void test_sight(void **state)
 {
 	struct kvfs_policy *p = NULL;
@@ -882,6 +919,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_second_sight),
 		cmocka_unit_test(test_sight),
+		cmocka_unit_test(test_sight_own_clock),
 		cmocka_unit_test(test_recent),
 		cmocka_unit_test(test_tail),
 		cmocka_unit_test(test_suffix),
