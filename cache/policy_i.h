@@ -101,15 +101,11 @@ struct kvfs_psketch {
  *   between halvings).
  * kvfs_psketch_add() - count one sighting of @key.  Returns true when this
  *   addition triggered a halving (callers with cached estimates refresh).
- *   A sketch made with @sample UINT64_MAX never halves by itself.
- * kvfs_psketch_halve() - halve every counter now and restart the count of
- *   additions (a sketch that follows another's clock).
  */
 int kvfs_psketch_init(struct kvfs_psketch *s, uint32_t width, uint64_t sample);
 void kvfs_psketch_release(struct kvfs_psketch *s);
 uint32_t kvfs_psketch_get(const struct kvfs_psketch *s, const uint8_t key[16]);
 bool kvfs_psketch_add(struct kvfs_psketch *s, const uint8_t key[16]);
-void kvfs_psketch_halve(struct kvfs_psketch *s);
 
 /*
  * A history table: one 48-bit word per block key that a policy wants to

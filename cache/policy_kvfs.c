@@ -250,8 +250,10 @@ struct kv_priv {
 	struct kvfs_pghost recent[2];
 	/* The fleet's sightings (kv_sight()), apart from the host's own in
 	 * sk so that hearing N - 1 other hosts does not halve sk N times as
-	 * often; halved with sk.  Allocated at the first sighting (c NULL
-	 * before, or when that failed: sightings are then only moves).
+	 * often.  Each halves after the same number of its own additions
+	 * (sample, kv_horizon()), the load its width is sized for.
+	 * Allocated at the first sighting (c NULL before, or when that
+	 * failed: sightings are then only moves).
 	 */
 	struct kvfs_psketch fleet;
 	bool fleet_tried;
@@ -288,13 +290,6 @@ static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
 	if (f->fleet.c)
 		s += kvfs_psketch_get(&f->fleet, key);
 	return s;
-}
-
-/* One sighting of @key by this host; the fleet's sketch keeps its clock. */
-static void kv_count(struct kv_priv *f, const uint8_t key[16])
-{
-	if (kvfs_psketch_add(&f->sk, key) && f->fleet.c)
-		kvfs_psketch_halve(&f->fleet);
 }
 
 static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
@@ -517,6 +512,7 @@ static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
 	uint64_t cap = kv_blocks(p, f);
 
 	f->sk.sample = (uint64_t)f->window * (cap ? cap : 1);
+	f->fleet.sample = f->sk.sample;
 }
 
 /* Start the shadows at the first fill, when a block's size is known:
@@ -679,7 +675,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			f->insz += n->size;
 			kv_horizon(p, f);
 		}
-		kv_count(f, n->key);
+		kvfs_psketch_add(&f->sk, n->key);
 		kv_ref(f, n);
 		if (seen && kv_conv(n) && kv_gate(f)) {
 			/* A conversation's context, refilled: held in
@@ -774,7 +770,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		kv_mini_ref(p, f, path[i], a);
 	/* Deepest first: each lands at the tail of the newest segment. */
 	for (size_t i = n; i-- > 0;) {
-		kv_count(f, path[i]->key);
+		kvfs_psketch_add(&f->sk, path[i]->key);
 		kv_ref(f, path[i]);
 		kv_touch(f, path[i], st);
 	}
@@ -915,7 +911,7 @@ static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 		return;
 	if (!f->fleet_tried) {
 		f->fleet_tried = true;
-		if (kvfs_psketch_init(&f->fleet, f->sk.width, UINT64_MAX))
+		if (kvfs_psketch_init(&f->fleet, f->sk.width, f->sk.sample))
 			f->fleet.c = NULL;
 	}
 	if (f->fleet.c)

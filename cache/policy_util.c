@@ -278,16 +278,11 @@ bool kvfs_psketch_add(struct kvfs_psketch *s, const uint8_t key[16])
 	}
 	if (++s->adds < s->sample)
 		return false;
-	kvfs_psketch_halve(s);
-	return true;
-}
-
-void kvfs_psketch_halve(struct kvfs_psketch *s)
-{
 	for (size_t i = 0; i < (size_t)KVFS_PSKETCH_ROWS * s->width; i++)
 		s->c[i] >>= 1;
 	s->adds = 0;
 	s->halvings++;
+	return true;
 }
 
 static uint64_t ghost_fp(const uint8_t key[16])

@@ -145,9 +145,10 @@ static void run_sight_held(const char *level)
 	kvfs_policy_free(p);
 }
 
-/* The fleet's sightings keep a sketch of their own, on the host's own
- * clock: however many keys other hosts send, the host's own sightings are
- * halved only every `window` capacities of its own references.  Here
+/* The fleet's sightings keep a sketch of their own, which halves on its
+ * own additions: however many keys other hosts send, the host's own
+ * sightings are halved only every `window` capacities of its own
+ * references.  Here
  * (window 1 of a 4-block cache, so the host's sketch halves every 4 of
  * its own) a is seen once, let go, and 8 keys are heard before it comes
  * back: it is still a second sight, enters main, and outlives the newer
