@@ -77,11 +77,13 @@
  *    order stamp, deepest first.  `prob` (per mille) keeps a share of a
  *    tier for probation; the default 0 always evicts probation first.
  *  - The fleet's references.  A key another host referenced
- *    (kvfs_policy_sight()) is a sighting in the sketch, so a block the
- *    fleet has seen enters main at its first fill here; and a block this
- *    host holds is referenced as by a hit of its own (out of probation
- *    into main, or one more CLOCK pass): demand on the fleet is demand a
- *    balancer will send here too (`sight`: 0 ignored, 1 the sketch only).
+ *    (kvfs_policy_sight()) is a sighting, in a sketch of the fleet's own
+ *    (so that N - 1 hosts' keys do not shorten the host's memory of its
+ *    own), so a block the fleet has seen enters main at its first fill
+ *    here; and a block this host holds is referenced as by a hit of its
+ *    own (out of probation into main, or one more CLOCK pass): demand on
+ *    the fleet is demand a balancer will send here too (`sight`: 0
+ *    ignored, 1 the sketch only).
  *
  *  - The horizon chooses itself.  How long a first sight is remembered
  *    (`window`) is what traces disagree on: some reuse a block many
