@@ -53,6 +53,18 @@ static void ins(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	kvfs_policy_insert(p, tier, n, &a);
 }
 
+/* @n[0..count) as roots of 16 tokens, keys 1.., filled in order from
+ * request @r on.
+ */
+static void fill_roots(struct kvfs_policy *p, struct kvfs_pnode *n,
+		       size_t count, uint64_t r)
+{
+	for (size_t i = 0; i < count; i++) {
+		mknode(&n[i], i + 1, NULL, 16);
+		ins(p, GPU, &n[i], r + i);
+	}
+}
+
 static struct kvfs_pnode *evict(struct kvfs_policy *p, int tier)
 {
 	struct kvfs_pnode *v = kvfs_policy_victim(p, tier, NULL, NULL);
@@ -98,20 +110,14 @@ static void run_sight(const char *level)
 	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
 	const char *k[] = { "sight" }, *v[] = { level };
 	struct kvfs_policy *p = NULL;
-	struct kvfs_pnode a, b, c, d;
+	struct kvfs_pnode n[4], a;
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
-	mknode(&a, 1, NULL, 16);
-	mknode(&b, 2, NULL, 16);
-	mknode(&c, 3, NULL, 16);
-	mknode(&d, 4, NULL, 16);
 	/* Not held here: the caller passes no node. */
+	mknode(&a, 1, NULL, 16);
 	kvfs_policy_sight(p, a.key, NULL);
-	ins(p, GPU, &a, 1);
-	ins(p, GPU, &b, 2);
-	ins(p, GPU, &c, 3);
-	ins(p, GPU, &d, 4);
-	assert_ptr_equal(evict(p, GPU), strcmp(level, "0") ? &b : &a);
+	fill_roots(p, n, 4, 1);
+	assert_ptr_equal(evict(p, GPU), strcmp(level, "0") ? &n[1] : &n[0]);
 	kvfs_policy_free(p);
 }
 
@@ -126,34 +132,26 @@ static void run_sight_held(const char *level)
 	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
 	const char *k[] = { "sight" }, *v[] = { level };
 	struct kvfs_policy *p = NULL;
-	struct kvfs_pnode a, b, c, d, gone;
+	struct kvfs_pnode n[4], gone;
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
-	mknode(&a, 1, NULL, 16);
-	mknode(&b, 2, NULL, 16);
-	mknode(&c, 3, NULL, 16);
-	mknode(&d, 4, NULL, 16);
+	fill_roots(p, n, 4, 1);
 	mknode(&gone, 5, NULL, 16);
-	ins(p, GPU, &a, 1);
-	ins(p, GPU, &b, 2);
-	ins(p, GPU, &c, 3);
-	ins(p, GPU, &d, 4);
-	kvfs_policy_sight(p, a.key, &a);
+	kvfs_policy_sight(p, n[0].key, &n[0]);
 	kvfs_policy_sight(p, gone.key, &gone);
 	assert_int_equal(gone.tiers, 0);
-	assert_ptr_equal(evict(p, GPU), strcmp(level, "2") ? &a : &b);
+	assert_ptr_equal(evict(p, GPU), strcmp(level, "2") ? &n[0] : &n[1]);
 	kvfs_policy_free(p);
 }
 
 /* The fleet's sightings keep a sketch of their own, which halves on its
  * own additions: however many keys other hosts send, the host's own
  * sightings are halved only every `window` capacities of its own
- * references.  Here
- * (window 1 of a 4-block cache, so the host's sketch halves every 4 of
- * its own) a is seen once, let go, and 8 keys are heard before it comes
- * back: it is still a second sight, enters main, and outlives the newer
- * first sights b, c, d.  Counted in one sketch, the 8 would have halved
- * a's sighting away twice.
+ * references.  Here (window 1 of a 4-block cache, so the host's sketch
+ * halves every 4 of its own) n[0] is seen once, let go, and 8 keys are
+ * heard before it comes back: it is still a second sight, enters main,
+ * and outlives the newer first sights.  Counted in one sketch, the 8
+ * would have halved its sighting away twice.
  */
 static void test_sight_own_clock(void **state)
 {
@@ -161,25 +159,18 @@ static void test_sight_own_clock(void **state)
 	const char *k[] = { "window", "hist", "recent" };
 	const char *v[] = { "1", "0", "0" };
 	struct kvfs_policy *p = NULL;
-	struct kvfs_pnode a, b, c, d, h;
+	struct kvfs_pnode n[4], h;
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 3, cap, &p), 0);
-	mknode(&a, 1, NULL, 16);
-	mknode(&b, 2, NULL, 16);
-	mknode(&c, 3, NULL, 16);
-	mknode(&d, 4, NULL, 16);
-	ins(p, GPU, &a, 1);
-	assert_ptr_equal(evict(p, GPU), &a);
-	kvfs_policy_forget(p, &a);
+	fill_roots(p, n, 1, 1);
+	assert_ptr_equal(evict(p, GPU), &n[0]);
+	kvfs_policy_forget(p, &n[0]);
 	for (uint64_t i = 0; i < 8; i++) {
 		mknode(&h, 100 + i, NULL, 16);
 		kvfs_policy_sight(p, h.key, NULL);
 	}
-	ins(p, GPU, &a, 2);
-	ins(p, GPU, &b, 3);
-	ins(p, GPU, &c, 4);
-	ins(p, GPU, &d, 5);
-	assert_ptr_equal(evict(p, GPU), &b);
+	fill_roots(p, n, 4, 2);
+	assert_ptr_equal(evict(p, GPU), &n[1]);
 	kvfs_policy_free(p);
 }
 
