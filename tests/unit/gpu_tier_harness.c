@@ -34,6 +34,7 @@
 #include "meta/kvfs_ctl.h"
 #include "gpu/gpu.h"
 #include "meta/log.h"
+#include "meta/util.h"
 #include "tests/unit/gpu_tier_i.h"
 
 enum gt_backend gt_backend = B_SHM;
@@ -86,40 +87,6 @@ void *gt_xmalloc(uint64_t len)
 
 	assert_non_null(p);
 	return p;
-}
-
-int gt_read_full(int fd, void *buf, size_t len)
-{
-	unsigned char *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int gt_write_full(int fd, const void *buf, size_t len)
-{
-	const unsigned char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 void gt_hex_enc(const void *buf, size_t len, char *out)
@@ -264,7 +231,7 @@ int gt_peer_create(struct gt_peer *p, uint64_t size)
 		close(b[1]);
 		p->to = a[1];
 		p->from = b[0];
-		if (gt_read_full(p->from, &p->m, sizeof(p->m)) ||
+		if (kvfs_util_read_full(p->from, &p->m, sizeof(p->m), -1) ||
 		    p->m.backend != KVFS_CTL_BACKEND_CUDA)
 			return -1;
 		return 0;
@@ -282,9 +249,9 @@ void gt_peer_fill(struct gt_peer *p, uint64_t off, const void *buf,
 		memcpy(p->mem + off, buf, len);
 		return;
 	}
-	assert_int_equal(gt_write_full(p->to, &r, sizeof(r)), 0);
-	assert_int_equal(gt_write_full(p->to, buf, len), 0);
-	assert_int_equal(gt_read_full(p->from, &st, sizeof(st)), 0);
+	assert_int_equal(kvfs_util_write_full(p->to, &r, sizeof(r), -1), 0);
+	assert_int_equal(kvfs_util_write_full(p->to, buf, len, -1), 0);
+	assert_int_equal(kvfs_util_read_full(p->from, &st, sizeof(st), -1), 0);
 	assert_int_equal(st, 0);
 }
 
@@ -298,10 +265,10 @@ void gt_peer_get(struct gt_peer *p, uint64_t off, void *buf, uint64_t len)
 		memcpy(buf, p->mem + off, len);
 		return;
 	}
-	assert_int_equal(gt_write_full(p->to, &r, sizeof(r)), 0);
-	assert_int_equal(gt_read_full(p->from, &st, sizeof(st)), 0);
+	assert_int_equal(kvfs_util_write_full(p->to, &r, sizeof(r), -1), 0);
+	assert_int_equal(kvfs_util_read_full(p->from, &st, sizeof(st), -1), 0);
 	assert_int_equal(st, 0);
-	assert_int_equal(gt_read_full(p->from, buf, len), 0);
+	assert_int_equal(kvfs_util_read_full(p->from, buf, len, -1), 0);
 }
 
 /* Whether peer bytes [off, off + len) are pattern @seed from offset 0. */
@@ -330,7 +297,7 @@ static void tpeer_stop(struct gt_peer *p)
 	if (p->to >= 0) {
 		struct preq r = { .op = 'Q' };
 
-		gt_write_full(p->to, &r, sizeof(r));
+		kvfs_util_write_full(p->to, &r, sizeof(r), -1);
 		close(p->to);
 	}
 	if (p->from >= 0)
@@ -428,16 +395,16 @@ int gt_peer_server_main(char **argv)
 	    cudaMalloc((void **)&d, size) != cudaSuccess ||
 	    cudaMemset(d, 0, size) != cudaSuccess ||
 	    cudaIpcGetMemHandle(&h, d) != cudaSuccess) {
-		gt_write_full(wfd, &m, sizeof(m)); /* backend 0: failed */
+		kvfs_util_write_full(wfd, &m, sizeof(m), -1); /* backend 0: failed */
 		return 2;
 	}
 	m.backend = KVFS_CTL_BACKEND_CUDA;
 	m.device = 0;
 	m.size = size;
 	memcpy(m.ipc, &h, sizeof(m.ipc));
-	if (gt_write_full(wfd, &m, sizeof(m)))
+	if (kvfs_util_write_full(wfd, &m, sizeof(m), -1))
 		return 2;
-	while (!gt_read_full(rfd, &r, sizeof(r))) {
+	while (!kvfs_util_read_full(rfd, &r, sizeof(r), -1)) {
 		int32_t st = -1;
 		unsigned char *buf;
 
@@ -449,19 +416,19 @@ int gt_peer_server_main(char **argv)
 		if (!buf)
 			return 2;
 		if (r.op == 'F') {
-			if (gt_read_full(rfd, buf, r.len))
+			if (kvfs_util_read_full(rfd, buf, r.len, -1))
 				return 2;
 			st = cudaMemcpy(d + r.off, buf, r.len,
 					cudaMemcpyHostToDevice) ==
 			     cudaSuccess ? 0 : -1;
-			gt_write_full(wfd, &st, sizeof(st));
+			kvfs_util_write_full(wfd, &st, sizeof(st), -1);
 		} else if (r.op == 'G') {
 			st = cudaMemcpy(buf, d + r.off, r.len,
 					cudaMemcpyDeviceToHost) ==
 			     cudaSuccess ? 0 : -1;
-			gt_write_full(wfd, &st, sizeof(st));
+			kvfs_util_write_full(wfd, &st, sizeof(st), -1);
 			if (!st)
-				gt_write_full(wfd, buf, r.len);
+				kvfs_util_write_full(wfd, buf, r.len, -1);
 		}
 		free(buf);
 	}

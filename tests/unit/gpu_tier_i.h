@@ -56,12 +56,6 @@ bool gt_is_pat(const void *buf, uint64_t len, uint64_t seed);
 /* malloc that fails the running test instead of returning NULL. */
 void *gt_xmalloc(uint64_t len);
 
-/* All of @len bytes through @fd, retrying EINTR: 0, or -1 on an error or
- * end of file.
- */
-int gt_read_full(int fd, void *buf, size_t len);
-int gt_write_full(int fd, const void *buf, size_t len);
-
 /* @len bytes of @buf as 2 * @len hex digits and a NUL into @out. */
 void gt_hex_enc(const void *buf, size_t len, char *out);
 
