@@ -281,9 +281,6 @@ static bool kv_conv(const struct kvfs_pnode *n)
 	return (n->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV;
 }
 
-/* A reference to @n (a hit or a fill from nowhere): a conversation's
- * block adds its gap since its last one to the gate's mean.
- */
 /* The sightings of @key the policy remembers: its own and the fleet's. */
 static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
 {
@@ -294,6 +291,9 @@ static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
 	return s;
 }
 
+/* A reference to @n (a hit or a fill from nowhere): a conversation's
+ * block adds its gap since its last one to the gate's mean.
+ */
 static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
 {
 	uint64_t gap = (f->fills - (n->hist[1] >> KV_REF_SHIFT)) & KV_REF_MASK;
@@ -892,17 +892,16 @@ static bool kv_admit(struct kvfs_policy *p, int from, int to,
 	return n->t[from].list != KV_TAIL || n->tokens >= f->maxtok;
 }
 
-/* Another host of the fleet referenced @key: a sighting like our own.
- * A host behind a round-robin balancer sees a quarter of a prefix's
- * references (of four hosts), so its own sketch takes four times as long
- * to call a block a second sight; what the others saw closes that gap
- * (docs/policies.md, eighteenth round).  The shadows are not told: they
- * choose the horizon on the host's own references.
- */
-/* Another host referenced @key: a sighting, and, for a block held here
- * (@n), a reference to its place.  Neither its stamp nor the gates'
- * means move: those measure this host's own reuse.  The shadows are not
- * told; they choose the horizon on the host's own references.
+/* Another host of the fleet referenced @key: a sighting, kept in the
+ * fleet's sketch.  A host behind a round-robin balancer sees a quarter
+ * of a prefix's references (of four hosts), so its own sketch takes four
+ * times as long to call a block a second sight; what the others saw
+ * closes that gap (docs/policies.md, eighteenth round).  For a block held
+ * here (@n) it is also a reference to its place, as the balancer sends
+ * the fleet's demand here too (twenty-first round).  Neither the block's
+ * stamp nor the gates' means move: those measure this host's own reuse.
+ * The shadows are not told: they choose the horizon on the host's own
+ * references.
  */
 static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 		     struct kvfs_pnode *n)
