@@ -310,6 +310,16 @@ struct issue_log {
 	bool in_order;       /* ->issue came in index order */
 };
 
+/* Range @i was issued: the order and in-flight bookkeeping. */
+static void log_issued(struct issue_log *il, size_t i)
+{
+	if (i != il->issued)
+		il->in_order = false;
+	il->issued++;
+	if (il->issued - il->done > il->max_inflight)
+		il->max_inflight = il->issued - il->done;
+}
+
 static int note_issue(struct kvfs_tier_io *io, void *arg)
 {
 	struct issue_log *il = arg;
@@ -319,11 +329,7 @@ static int note_issue(struct kvfs_tier_io *io, void *arg)
 	il->issue_calls[i]++;
 	if (il->refuse)
 		return -ECANCELED;
-	if (i != il->issued)
-		il->in_order = false;
-	il->issued++;
-	if (il->issued - il->done > il->max_inflight)
-		il->max_inflight = il->issued - il->done;
+	log_issued(il, i);
 	return 0;
 }
 
@@ -462,11 +468,7 @@ static int count_issue(struct kvfs_tier_io *io, void *arg)
 	size_t i = (size_t)(io - il->io);
 
 	((int *)(il + 1))[i]++;
-	if (i != il->issued)
-		il->in_order = false;
-	il->issued++;
-	if (il->issued - il->done > il->max_inflight)
-		il->max_inflight = il->issued - il->done;
+	log_issued(il, i);
 	return 0;
 }
 
