@@ -76,6 +76,14 @@
  *    over blocks seen at least twice; blocks of one request share an
  *    order stamp, deepest first.  `prob` (per mille) keeps a share of a
  *    tier for probation; the default 0 always evicts probation first.
+ *  - What a miss costs.  A token deep in a prompt costs more to compute
+ *    again than one near the root (attention reads the whole prefix):
+ *    1 + h/`deep` times as much at depth h.  A block entering main gets a
+ *    CLOCK pass for each whole `deep` tokens of its depth (up to 3), and
+ *    its ancestors in main as many, so a long prompt read again is kept
+ *    whole for longer than its hits alone would keep it (`deep` = 0:
+ *    never).  A conversation's blocks get none: their cap (`conv`) is
+ *    about the session, not the cost.
  *  - The fleet's references.  A key another host referenced
  *    (kvfs_policy_sight()) is a sighting, in a sketch of the fleet's own
  *    (so that N - 1 hosts' keys do not shorten the host's memory of its
@@ -106,7 +114,9 @@
  * hist (1; the shadows run with 0), sess (1; the shadows run with 0),
  * sight (2: other hosts' references, kvfs_policy_sight(), count in the
  * sketch and as hits on blocks held; 1 the sketch only),
- * recent (1: blocks let go lately, kept as ARC's ghosts, are seen).
+ * recent (1: blocks let go lately, kept as ARC's ghosts, are seen),
+ * deep (30632 tokens, Llama-3-8B's P / (2Ld); kvfs-sim sets it from its
+ * model; 0: off).
  * Deterministic: no randomness (the sample is a hash of the root's key);
  * the same calls give the same victims.  Writes hist[0] of the nodes it
  * samples (policy_mini.c caches the sampling hash there) and hist[1] of
@@ -132,6 +142,12 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_MINI_DECAY 4 /* a shadow's score loses 1/16 per epoch */
 #define KV_MINI_HYST 50 /* per mille a shadow must lead by to be adopted */
 #define KV_CONV_PASSES 1 /* most CLOCK passes of a conversation's block */
+/* Tokens of depth at which recomputing a token costs twice what it costs
+ * at the root: P / (2 L d) for Llama-3-8B (P 8.03e9 parameters, L 32
+ * layers, d 4,096), the simulator's default model.
+ */
+#define KV_DEEP 30632
+#define KV_DEEP_MAX 3 /* most passes depth buys, as many as hits can */
 /* hist[1]: the new suffixes seen under a block (capped), and flags. */
 #define KV_FAN_MAX 255
 #define KV_FAN_MASK 0xffull
@@ -180,6 +196,7 @@ enum kv_opt {
 	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
 	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as hits */
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
+	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
 	KO_N
 };
 
@@ -204,6 +221,7 @@ static const struct kv_optdef {
 	[KO_SESS] = { "sess", 0, 2, 1 },
 	[KO_SIGHT] = { "sight", 0, 2, 2 },
 	[KO_RECENT] = { "recent", 0, 1, 1 },
+	[KO_DEEP] = { "deep", 0, 1u << 30, KV_DEEP },
 };
 
 struct kv_tier {
@@ -643,6 +661,44 @@ static void kv_recent_put(struct kvfs_policy *p, struct kv_priv *f,
 		kvfs_pghost_add(&f->recent[1], n->key, n->size);
 }
 
+/* The most CLOCK passes hits can buy @x.  A conversation's context is
+ * read again at every turn and dies with the session: its hits say the
+ * session goes on, not that the block is popular, so it gets fewer than
+ * a block many requests share.
+ */
+static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
+{
+	if ((x->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV)
+		return f->opt[KO_CONV];
+	return 3 + f->opt[KO_CREDIT];
+}
+
+/* A block @n entered main in @tier: the passes what a miss on it costs
+ * buys.  Recomputing a token at depth h costs 2P + 4Ldh FLOPs (P the
+ * parameters, L the layers, d the hidden size): 1 + h/h* times a token at
+ * the root, with h* = P / (2Ld) (`deep`).  A prefix h* deep or more is
+ * worth that many more hits' protection, one CLOCK pass per whole h*,
+ * up to KV_DEEP_MAX.  A deep block is worth nothing without its
+ * ancestors, so those in main get as many (the walk stops at the first
+ * that has them).  Not a conversation's blocks: their one pass (`conv`)
+ * says whether the session goes on, which a longer context does not.
+ */
+static void kv_deep(const struct kv_priv *f, struct kvfs_pnode *n, int tier)
+{
+	uint64_t x;
+
+	if (!f->opt[KO_DEEP] || kv_conv(n))
+		return;
+	x = (uint64_t)(n->depth + 1) * f->maxtok / f->opt[KO_DEEP];
+	if (x > KV_DEEP_MAX)
+		x = KV_DEEP_MAX;
+	for (struct kvfs_pnode *q = n;
+	     x && q && (q->tiers & (1u << tier)) &&
+	     q->t[tier].list == KV_MAIN && q->t[tier].idx < x;
+	     q = q->parent)
+		q->t[tier].idx = (uint32_t)x;
+}
+
 static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		      const struct kvfs_paccess *a)
 {
@@ -722,18 +778,8 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	n->t[tier].idx = cls == KV_MAIN ? credit : 0;
 	kvfs_plist_place(&f->t[tier].l[cls], n, tier,
 			 kvfs_pclock_stamp(&f->clock, a));
-}
-
-/* The most CLOCK passes hits can buy @x.  A conversation's context is
- * read again at every turn and dies with the session: its hits say the
- * session goes on, not that the block is popular, so it gets fewer than
- * a block many requests share.
- */
-static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
-{
-	if ((x->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV)
-		return f->opt[KO_CONV];
-	return 3 + f->opt[KO_CREDIT];
+	if (cls == KV_MAIN)
+		kv_deep(f, n, tier);
 }
 
 /* A reference to @x, resident: in each tier holding it, one more CLOCK
@@ -757,6 +803,7 @@ static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
 		x->t[t].list = KV_MAIN;
 		f->main_in++;
 		kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
+		kv_deep(f, x, t);
 	}
 }
 

@@ -41,6 +41,7 @@ struct opts {
 	long sight_ms;            /* --fleet-sight; -1 = off */
 	struct kvfs_trace_gen g;
 	struct kvfs_sim_conf c;
+	char deep[24]; /* kvfs's `deep`, from the model (model_deep()) */
 };
 
 static void usage(FILE *f)
@@ -358,18 +359,44 @@ static int parse_args(struct opts *o, int argc, char **argv)
 	return 0;
 }
 
-/* Options of @policy, as arrays for kvfs_policy_new(). */
+/* kvfs's `deep` for the model the TTFT figures use: the depth at which a
+ * token costs twice a shallow one to recompute, P / (2 L d) tokens
+ * (kvfs_sim_prefill_s()), so that the policy weighs misses as the
+ * figures do.  Empty when the model gives no such depth.
+ */
+static void model_deep(struct opts *o)
+{
+	const struct kvfs_sim_model *m = &o->c.model;
+	double h = m->layers && m->hidden ?
+			   m->params / (2.0 * m->layers * m->hidden) :
+			   0;
+
+	o->deep[0] = 0;
+	if (h >= 1 && h < (double)(1u << 30))
+		snprintf(o->deep, sizeof(o->deep), "%u", (uint32_t)h);
+}
+
+/* Options of @policy, as arrays for kvfs_policy_new(): the --opt ones,
+ * and for kvfs a `deep` from the model unless one was given.
+ */
 static size_t policy_opts(const struct opts *o, const char *policy,
 			  const char **keys, const char **vals)
 {
+	bool deep = false;
 	size_t n = 0;
 
 	for (unsigned i = 0; i < o->nopt; i++)
 		if (!strcmp(o->opt_pol[i], policy)) {
 			keys[n] = o->opt_key[i];
 			vals[n] = o->opt_val[i];
+			deep |= !strcmp(keys[n], "deep");
 			n++;
 		}
+	if (!strcmp(policy, "kvfs") && !deep && o->deep[0] && n < MAX_OPTS) {
+		keys[n] = "deep";
+		vals[n] = o->deep;
+		n++;
+	}
 	return n;
 }
 
@@ -808,6 +835,7 @@ int main(int argc, char **argv)
 	ret = parse_args(&o, argc, argv);
 	if (ret)
 		goto out_opts;
+	model_deep(&o);
 	if (o.gen) {
 		if (o.block_tokens)
 			o.g.block_tokens = o.block_tokens;

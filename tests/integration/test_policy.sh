@@ -82,6 +82,9 @@ t_errno "bad policy option refused at mount" "Invalid argument\|threshold" "$BIN
 kvfs_conf 480K "kvfs
 window = 0"
 t_errno "bad kvfs option refused at mount" "Invalid argument\|window" "$BIN/kvfs" -f "$STORE" "$MNT"
+kvfs_conf 480K "kvfs
+deep = -1"
+t_errno "bad kvfs depth refused at mount" "Invalid argument\|deep" "$BIN/kvfs" -f "$STORE" "$MNT"
 kvfs_conf 480K nosuchpolicy
 t_errno "unknown policy refused at mount" "No such file\|nosuchpolicy\|unknown" "$BIN/kvfs" -f "$STORE" "$MNT"
 t_done

@@ -2,7 +2,8 @@
 /*
  * Unit tests for kvfs's own policy (cache/policy_kvfs.c): admission on
  * second sight (the fleet's sightings count too), the request's tail, its
- * new suffix, dead weight, and the CLOCK of main, the history kept of
+ * new suffix, dead weight, and the CLOCK of main with the passes a deep
+ * prefix buys, the history kept of
  * blocks let go and the refilled context of a conversation, each on a
  * small hand-made sequence; the history table (cache/policy_util.c); and
  * the miniature simulations (cache/policy_mini.c) that choose its horizon.
@@ -383,6 +384,74 @@ static void test_turn(void **state)
 	run_turn(false, "1");
 }
 
+/* What a miss costs.  With `deep` at 32 tokens (two blocks), a chain
+ * c0 -> c1 -> c2 the fleet has seen enters main 48 tokens deep: c2 gets a
+ * CLOCK pass, and so do its ancestors, so the newer root b, with none,
+ * goes first.  With `deep=0` main is in order and the chain, older, goes
+ * first.
+ */
+static void run_deep(const char *deep)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "deep" }, *v[] = { deep };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode c0, c1, c2, b, *x;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&c0, 90, NULL, 16);
+	mknode(&c1, 91, &c0, 16);
+	mknode(&c2, 92, &c1, 16);
+	mknode(&b, 93, NULL, 16);
+	kvfs_policy_sight(p, c0.key, NULL);
+	kvfs_policy_sight(p, c1.key, NULL);
+	kvfs_policy_sight(p, c2.key, NULL);
+	kvfs_policy_sight(p, b.key, NULL);
+	ins(p, GPU, &c0, 1);
+	ins(p, GPU, &c1, 1);
+	ins(p, GPU, &c2, 1);
+	ins(p, GPU, &b, 2);
+	x = evict(p, GPU);
+	if (strcmp(deep, "0"))
+		assert_ptr_equal(x, &b);
+	else
+		assert_true(x == &c0 || x == &c1 || x == &c2);
+	kvfs_policy_free(p);
+}
+
+/* A conversation's blocks get no pass for their depth: a turn t1 -> t2
+ * under a known prefix h, however deep, stays in main's order, and h,
+ * the oldest there, goes before the newer root b.
+ */
+static void test_deep_conv(void **state)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "deep" }, *v[] = { "32" };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode h, t1, t2, b;
+	struct kvfs_pnode *path[1] = { &h };
+	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&h, 94, NULL, 16);
+	mknode(&t1, 95, &h, 16);
+	mknode(&t2, 96, &t1, 16);
+	mknode(&b, 97, NULL, 16);
+	ins(p, GPU, &h, 1);
+	kvfs_policy_access(p, path, 1, &a); /* h: a known prefix, main */
+	ins(p, GPU, &t1, 3); /* its next turn: main, a conversation's */
+	ins(p, GPU, &t2, 3);
+	kvfs_policy_sight(p, b.key, NULL);
+	ins(p, GPU, &b, 4);
+	assert_ptr_equal(evict(p, GPU), &h);
+	kvfs_policy_free(p);
+}
+
+static void test_deep(void **state)
+{
+	run_deep("32");
+	run_deep("0");
+}
+
 /* Main is a CLOCK: a hit buys one more pass; hits move nothing. */
 static void test_main_clock(void **state)
 {
@@ -481,6 +550,7 @@ static void test_options(void **state)
 	const char *k9[] = { "refill" }, *v9[] = { "3" };
 	const char *k10[] = { "sess" }, *v10[] = { "3" };
 	const char *k11[] = { "sight" }, *v11[] = { "3" };
+	const char *k12[] = { "deep" }, *v12[] = { "1073741825" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -499,6 +569,8 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k10, v10, 1, cap, &p),
 			 -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k11, v11, 1, cap, &p),
+			 -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k12, v12, 1, cap, &p),
 			 -EINVAL);
 }
 
@@ -917,6 +989,8 @@ int main(void)
 		cmocka_unit_test(test_suffix),
 		cmocka_unit_test(test_turn),
 		cmocka_unit_test(test_main_clock),
+		cmocka_unit_test(test_deep),
+		cmocka_unit_test(test_deep_conv),
 		cmocka_unit_test(test_dead_weight),
 		cmocka_unit_test(test_filter),
 		cmocka_unit_test(test_options),
