@@ -333,6 +333,24 @@ static void test_suffix(void **state)
  * so with the same hits the prefix they hang from outlives them; with
  * `conv` = 3 it is the other way round, the prefix being older.
  */
+/* A conversation going on: @h (key @id) filled at request 1 and read
+ * again at 2, a known prefix, then its next turn @t1 -> @t2 filled at 3.
+ */
+static void turn_fill(struct kvfs_policy *p, struct kvfs_pnode *h,
+		      struct kvfs_pnode *t1, struct kvfs_pnode *t2, uint64_t id)
+{
+	struct kvfs_pnode *path[1] = { h };
+	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
+
+	mknode(h, id, NULL, 16);
+	mknode(t1, id + 1, h, 16);
+	mknode(t2, id + 2, t1, 16);
+	ins(p, GPU, h, 1);
+	kvfs_policy_access(p, path, 1, &a);
+	ins(p, GPU, t1, 3);
+	ins(p, GPU, t2, 3);
+}
+
 static void run_turn(bool on, const char *conv)
 {
 	const char *k[] = { "turn", "conv" }, *v[] = { on ? "1" : "0", conv };
@@ -340,18 +358,11 @@ static void run_turn(bool on, const char *conv)
 	struct kvfs_policy *p = NULL;
 	struct kvfs_pnode h, t1, t2, r1, r2;
 	struct kvfs_pnode *path[3] = { &h, &t1, &t2 };
-	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 2, cap, &p), 0);
-	mknode(&h, 60, NULL, 16);
-	mknode(&t1, 61, &h, 16);
-	mknode(&t2, 62, &t1, 16);
+	turn_fill(p, &h, &t1, &t2, 60);
 	mknode(&r1, 63, NULL, 16);
 	mknode(&r2, 64, &r1, 16);
-	ins(p, GPU, &h, 1);
-	kvfs_policy_access(p, path, 1, &a); /* h: a known prefix */
-	ins(p, GPU, &t1, 3); /* its next turn */
-	ins(p, GPU, &t2, 3);
 	ins(p, GPU, &r1, 4); /* a new chain, newer */
 	ins(p, GPU, &r2, 4);
 	if (!on) {
@@ -428,18 +439,11 @@ static void test_deep_conv(void **state)
 	const char *k[] = { "deep" }, *v[] = { "32" };
 	struct kvfs_policy *p = NULL;
 	struct kvfs_pnode h, t1, t2, b;
-	struct kvfs_pnode *path[1] = { &h };
-	struct kvfs_paccess a = { .now = 2, .request = 2, .hit = true };
 
 	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
-	mknode(&h, 94, NULL, 16);
-	mknode(&t1, 95, &h, 16);
-	mknode(&t2, 96, &t1, 16);
+	/* h in main, the turn t1 -> t2 a conversation's */
+	turn_fill(p, &h, &t1, &t2, 94);
 	mknode(&b, 97, NULL, 16);
-	ins(p, GPU, &h, 1);
-	kvfs_policy_access(p, path, 1, &a); /* h: a known prefix, main */
-	ins(p, GPU, &t1, 3); /* its next turn: main, a conversation's */
-	ins(p, GPU, &t2, 3);
 	kvfs_policy_sight(p, b.key, NULL);
 	ins(p, GPU, &b, 4);
 	assert_ptr_equal(evict(p, GPU), &h);
