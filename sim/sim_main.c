@@ -82,6 +82,8 @@ static void usage(FILE *f)
 "  --model-params N      parameters (8.03e9)\n"
 "  --layers N --hidden N --kv-heads N --head-dim N --dtype-bytes N\n"
 "                        (32, 4096, 8, 128, 2)\n"
+"                        kvfs's deep option follows them: params /\n"
+"                        (2 x layers x hidden) unless --opt kvfs.deep\n"
 "  --tables              markdown tables of hit ratio and mean TTFT, every\n"
 "                        policy (or the --policy list) by capacity; with\n"
 "                        --fleet, of the private caches (--route, rr)\n"
