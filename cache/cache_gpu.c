@@ -232,6 +232,7 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	struct host_img *img = NULL;
 	struct kvfs_block **blk = NULL;
 	bool *dev = NULL, *nocrc = NULL;
+	int *res = NULL;
 	size_t m = 0, nx = 0;
 	int rc = 0;
 
@@ -247,7 +248,8 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	blk = calloc(n ? n : 1, sizeof(*blk));
 	dev = calloc(n ? n : 1, sizeof(*dev));
 	nocrc = calloc(n ? n : 1, sizeof(*nocrc));
-	if (!x || !ext || !img || !blk || !dev || !nocrc) {
+	res = calloc(n ? n : 1, sizeof(*res));
+	if (!x || !ext || !img || !blk || !dev || !nocrc || !res) {
 		rc = -ENOMEM;
 		goto out_unlock;
 	}
@@ -261,42 +263,47 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 			dup |= blocks[j] == b;
 		if (dup)
 			continue;
+		/* Counted in m at once, so an undo frees the extent. */
 		rc = gpu_reserve(c, b->ns->owner, b->size, &ext[m],
 				 !(flags & KVFS_GPU_NOEVICT));
 		if (rc)
 			goto out_undo;
 		blk[m] = b;
-		if (kvfs_block_needs_restore(b)) {
-			rc = kvfs_rpool_to_device(c, b, &ext[m], &nocrc[m]);
-			if (!rc) {
-				dev[m++] = true;
-				continue;
-			}
-			if (rc == -ENOENT || rc == -EBADMSG) {
-				gpu->ops->free(gpu, &ext[m]);
-				goto out_undo;
-			}
-			if (rc < 0) {
-				/* Logged; the usual path never serves
-				 * what failed here.
-				 */
-				atomic_fetch_add(&c->st_restore_dev_fallback,
-						 1);
-				kvfs_warn("ns %s: restoring through DRAM "
-					  "instead", b->ns->rec.name);
-			}
-			nocrc[m] = false;
-		}
-		rc = host_img_get(c, b, &img[m]);
-		if (rc) {
-			gpu->ops->free(gpu, &ext[m]);
+		dev[m] = true; /* no host image held yet */
+		m++;
+	}
+	/* Stored hidden states straight into their extents, the GPU's in
+	 * batches; res[i] 1 for every other block.
+	 */
+	rc = m ? kvfs_rpool_to_device(c, blk, ext, nocrc, res, m) : 0;
+	if (rc)
+		goto out_undo;
+	for (size_t i = 0; i < m; i++) {
+		struct kvfs_block *b = blk[i];
+
+		if (!res[i])
+			continue;
+		if (res[i] == -ENOENT || res[i] == -EBADMSG) {
+			rc = res[i];
 			goto out_undo;
 		}
-		x[nx].pool = &ext[m];
-		x[nx].host = (void *)img[m].p;
+		if (res[i] < 0) {
+			/* Logged; the usual path never serves what failed
+			 * there.
+			 */
+			atomic_fetch_add(&c->st_restore_dev_fallback, 1);
+			kvfs_warn("ns %s: restoring through DRAM instead",
+				  b->ns->rec.name);
+		}
+		nocrc[i] = false;
+		rc = host_img_get(c, b, &img[i]);
+		if (rc)
+			goto out_undo;
+		dev[i] = false;
+		x[nx].pool = &ext[i];
+		x[nx].host = (void *)img[i].p;
 		x[nx].len = b->size;
 		nx++;
-		m++;
 	}
 	if (nx) {
 		rc = c->gops->upload(gpu, x, nx);
@@ -338,5 +345,6 @@ out_unlock:
 	free(blk);
 	free(dev);
 	free(nocrc);
+	free(res);
 	return rc;
 }

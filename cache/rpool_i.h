@@ -148,23 +148,29 @@ int kvfs_rpool_build(struct kvfs_ns *ns, struct kvfs_restore_ws *ws,
 		     const uint8_t *h, uint64_t h_len, uint32_t kv_from,
 		     uint8_t *dst, uint64_t dst_len);
 /*
- * kvfs_rpool_to_device() - restore @b (kind HIDDEN or MIXED) straight into
- *   pool extent @e (allocated by the caller, at least b->size bytes): the
- *   KV file image a read serves, laid out as kvfs_gpu_load() uploads one,
- *   with no KV image in DRAM.  The stored image comes from the DRAM copy
- *   (held under b->readers) or a private, verified load from the SSD.  On
- *   the GPU (KVFS_HC_DEV_GPU) the header goes in with its payload CRC
- *   unfilled and *@nocrc is set (see KVFS_B_GPU_NOCRC); otherwise the image
- *   is complete.  Returns 0 (counted in restore.blocks and
- *   restore.to_device); 1 when @b should take the usual path (no device
+ * kvfs_rpool_to_device() - restore each of @b[0..n) (kind HIDDEN or
+ *   MIXED) straight into its pool extent @e[i] (allocated by the caller,
+ *   at least b[i]->size bytes): the KV file image a read serves, laid out
+ *   as kvfs_gpu_load() uploads one, with no KV image in DRAM.  The stored
+ *   image comes from the DRAM copy (held under b->readers) or a private,
+ *   verified load from the SSD.  On the GPU (KVFS_HC_DEV_GPU) the blocks
+ *   of a namespace go through its restorer in batches of up to 32, one
+ *   GEMM a layer for the batch; the header goes in with its payload CRC
+ *   unfilled and @nocrc[i] is set (see KVFS_B_GPU_NOCRC); otherwise the
+ *   image is complete.  @res[i] receives block i's result: 0 (counted in
+ *   restore.blocks and restore.to_device); 1 when it should take the
+ *   usual path (not a stored image that needs restoring, no device
  *   restorer, a restoration job for it under way, which the usual path
  *   joins, or its DRAM copy already the KV image); -ENOENT (deleted),
  *   -EBADMSG (the SSD copy fails verification, logged), or another -errno
- *   (logged) after which the caller may take the usual path.  Caller holds
- *   c->gpu_load_lock and a reference on @b, no other engine lock.
+ *   (logged; a batch's failure is each member's) after which the caller
+ *   may take the usual path.  Returns 0, or -ENOMEM with nothing done.
+ *   Caller holds c->gpu_load_lock and a reference on each block, no
+ *   other engine lock.
  */
-int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block *b,
-			 const struct kvfs_extent *e, bool *nocrc);
+int kvfs_rpool_to_device(struct kvfs_cache *c, struct kvfs_block **b,
+			 const struct kvfs_extent *e, bool *nocrc, int *res,
+			 size_t n);
 /*
  * kvfs_rpool_stats() - print the restoration lines of .kvfs/stats to @f:
  *   the engine's counters, then per namespace with weights or hidden

@@ -14,6 +14,9 @@
  *   kv_done[b]  recorded after the download of a KV layer into pinned
  *               buffer b; the host waits for it before copying out.
  *
+ * Many blocks per GEMM (kvfs_restore_cuda_blocks()) are in
+ * gpu/restore_batch.c, over the handle of gpu/restore_handle_i.h.
+ *
  * cuBLAS is dlopen'ed once per process (see blas_load()): cudart is
  * linked statically so that programs start without the CUDA libraries,
  * and there is no static cuBLAS to link.
@@ -121,6 +124,7 @@ int kvfs_restore_cuda_profile(struct kvfs_restore_cuda *rc,
 #include "gpu/cuda_i.h"
 #include "gpu/host_pool_i.h"
 #include "gpu/restore_cuda_i.h"
+#include "gpu/restore_handle_i.h"
 
 _Static_assert((int)KVFS_RC_F16 == (int)KVFS_DTYPE_F16 &&
 	       (int)KVFS_RC_BF16 == (int)KVFS_DTYPE_BF16 &&
@@ -247,46 +251,7 @@ static int blas_fail(cublasStatus_t s, const char *call)
 		s_ == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(s_, #call); \
 	})
 
-/* One layer on the device. */
-struct rc_layer {
-	void *wkv;      /* [2 * kv_dim][hidden]: W_k rows, then W_v; f32/bf16 */
-	float *norm;    /* [hidden] */
-	float *bkv;     /* [2 * kv_dim]: b_k then b_v, or NULL */
-};
-
-/* Buffers that grow to the largest request seen. */
-struct rc_buf {
-	void *p;
-	size_t cap;
-};
-
-struct kvfs_restore_cuda {
-	struct kvfs_restore_model m;    /* immutable */
-	uint32_t kv_dim;                /* immutable */
-	int device;                     /* immutable */
-	unsigned flags;                 /* immutable */
-	uint64_t mem_bytes;             /* immutable */
-	struct rc_layer *layers;        /* immutable after init */
-	double *inv;                    /* device [head_dim / 2]; immutable */
-	cublasHandle_t blas;            /* guarded by lock */
-	struct kvfs_host_pool host;     /* guarded by its own lock */
-	pthread_mutex_t lock;
-	/* Everything below is guarded by lock. */
-	cudaStream_t cs, xs;            /* compute, copy */
-	cudaEvent_t up_done[2], x_free[2], kv_done[2];
-	struct rc_buf dx[2];            /* device: uploaded hidden rows */
-	struct rc_buf hx[2];            /* pinned: staged hidden rows */
-	struct rc_buf dkv;              /* device: one KV layer */
-	struct rc_buf hkv[2];           /* pinned: downloaded KV layers */
-	struct rc_buf xn;               /* device: x̂ */
-	struct rc_buf proj;             /* device: [n][2 * kv_dim] f32 */
-	struct rc_buf tab;              /* device: RoPE cos/sin */
-	bool tab_ok;                    /* tab holds tab_pos, tab_n */
-	uint64_t tab_pos;
-	uint32_t tab_n;
-};
-
-static int dev_grow(struct rc_buf *b, size_t need)
+int kvfs_rcuda_dev_grow(struct rc_buf *b, size_t need)
 {
 	void *p = NULL;
 	int ret;
@@ -305,7 +270,7 @@ static int dev_grow(struct rc_buf *b, size_t need)
 	return 0;
 }
 
-static int pinned_grow(struct rc_buf *b, size_t need)
+int kvfs_rcuda_pinned_grow(struct rc_buf *b, size_t need)
 {
 	void *p = NULL;
 	int ret;
@@ -503,6 +468,7 @@ int kvfs_restore_cuda_init_weights(const struct kvfs_restore_model *m,
 	}
 	rc->m = *m;
 	rc->kv_dim = m->n_kv_heads * m->head_dim;
+	rc->batch_rows = kvfs_rcuda_batch_rows(rc);
 	rc->device = device;
 	rc->flags = flags;
 	half = m->head_dim / 2;
@@ -629,18 +595,6 @@ int kvfs_restore_cuda_device(const struct kvfs_restore_cuda *rc)
 
 /* ------------------------------------------------------------ compute */
 
-/* One request, after its arguments are checked. */
-struct rc_req {
-	const uint8_t *x;   /* the first layer's hidden slice */
-	uint8_t *kv;        /* the first layer's KV slice */
-	uint64_t hl, kl;    /* bytes per layer of each payload */
-	uint16_t xdt, kdt;
-	uint64_t pos;
-	uint32_t n, c;
-	uint32_t first, count;
-	unsigned flags;
-};
-
 /* proj = x̂ . [W_k; W_v]^T for @n rows of xn. */
 static int gemm(struct kvfs_restore_cuda *rc, uint32_t layer, uint32_t n)
 {
@@ -664,8 +618,8 @@ static int gemm(struct kvfs_restore_cuda *rc, uint32_t layer, uint32_t n)
 }
 
 /* x̂ of @n rows at @src, then the GEMM into proj. */
-static int project(struct kvfs_restore_cuda *rc, uint32_t layer,
-		   const void *src, uint16_t xdt, uint32_t n)
+int kvfs_rcuda_project(struct kvfs_restore_cuda *rc, uint32_t layer,
+		       const void *src, uint16_t xdt, uint32_t n)
 {
 	int ret;
 
@@ -698,23 +652,23 @@ static int ws_prepare(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 
 	for (int b = 0; b < 2 && !ret; b++) {
 		if (!(q->flags & KVFS_RC_HIDDEN_DEVICE))
-			ret = dev_grow(&rc->dx[b], xb);
+			ret = kvfs_rcuda_dev_grow(&rc->dx[b], xb);
 		if (!ret && !(q->flags & (KVFS_RC_HIDDEN_DEVICE |
 					  KVFS_RC_HIDDEN_PINNED)))
-			ret = pinned_grow(&rc->hx[b], xb);
+			ret = kvfs_rcuda_pinned_grow(&rc->hx[b], xb);
 		if (!ret && !(q->flags & (KVFS_RC_KV_DEVICE |
 					  KVFS_RC_KV_PINNED)))
-			ret = pinned_grow(&rc->hkv[b], q->kl);
+			ret = kvfs_rcuda_pinned_grow(&rc->hkv[b], q->kl);
 	}
 	if (!ret && !(q->flags & KVFS_RC_KV_DEVICE))
-		ret = dev_grow(&rc->dkv, q->kl);
+		ret = kvfs_rcuda_dev_grow(&rc->dkv, q->kl);
 	if (!ret)
-		ret = dev_grow(&rc->xn, xn);
+		ret = kvfs_rcuda_dev_grow(&rc->xn, xn);
 	if (!ret)
-		ret = dev_grow(&rc->proj, proj);
+		ret = kvfs_rcuda_dev_grow(&rc->proj, proj);
 	if (!ret && tab > rc->tab.cap) {
 		rc->tab_ok = false;
-		ret = dev_grow(&rc->tab, tab);
+		ret = kvfs_rcuda_dev_grow(&rc->tab, tab);
 	}
 	if (ret || (rc->tab_ok && rc->tab_pos == q->pos && rc->tab_n == q->n))
 		return ret;
@@ -792,7 +746,7 @@ static int compute(struct kvfs_restore_cuda *rc, const struct rc_req *q,
 		ret = CUDA_TRY(cudaStreamWaitEvent(rc->cs, rc->up_done[b], 0));
 	}
 	if (!ret)
-		ret = project(rc, layer, src, q->xdt, q->n);
+		ret = kvfs_rcuda_project(rc, layer, src, q->xdt, q->n);
 	if (!ret && !(q->flags & KVFS_RC_HIDDEN_DEVICE))
 		ret = CUDA_TRY(cudaEventRecord(rc->x_free[b], rc->cs));
 	if (ret)
@@ -854,7 +808,7 @@ static int run(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 
 /* ------------------------------------------------------------ requests */
 
-static int req_bad(const char *why)
+int kvfs_rcuda_req_bad(const char *why)
 {
 	kvfs_err("restore cuda: request refused: %s", why);
 	return -EINVAL;
@@ -868,14 +822,14 @@ static int check_args(const struct kvfs_restore_cuda *rc, uint16_t x_dtype,
 
 	if (flags & ~(unsigned)(KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED |
 				KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED))
-		return req_bad("unknown flags");
+		return kvfs_rcuda_req_bad("unknown flags");
 	if ((flags & KVFS_RC_HIDDEN_DEVICE) && (flags & KVFS_RC_HIDDEN_PINNED))
-		return req_bad("hidden payload both device and pinned");
+		return kvfs_rcuda_req_bad("hidden payload both device and pinned");
 	if ((flags & KVFS_RC_KV_DEVICE) && (flags & KVFS_RC_KV_PINNED))
-		return req_bad("KV payload both device and pinned");
+		return kvfs_rcuda_req_bad("KV payload both device and pinned");
 	why = kvfs_restore_request_why(&rc->m, x_dtype, start_pos, n_tokens,
 				       chunk_tokens, kv_dtype);
-	return why ? req_bad(why) : 0;
+	return why ? kvfs_rcuda_req_bad(why) : 0;
 }
 
 /*
@@ -884,8 +838,9 @@ static int check_args(const struct kvfs_restore_cuda *rc, uint16_t x_dtype,
  * context), and element-aligned; one said to be pinned must be
  * page-locked host memory.
  */
-static int where_check(const struct kvfs_restore_cuda *rc, const void *p,
-		       uint64_t len, size_t es, bool device, const char *what)
+int kvfs_rcuda_where_check(const struct kvfs_restore_cuda *rc, const void *p,
+			   uint64_t len, size_t es, bool device,
+			   const char *what)
 {
 	const uint8_t *ends[2] = { p, (const uint8_t *)p + len - 1 };
 
@@ -931,12 +886,15 @@ static int submit(struct kvfs_restore_cuda *rc, const struct rc_req *q)
 	pthread_mutex_lock(&rc->lock);
 	ret = CUDA_TRY(cudaSetDevice(rc->device));
 	if (!ret && (q->flags & (KVFS_RC_HIDDEN_DEVICE | KVFS_RC_HIDDEN_PINNED)))
-		ret = where_check(rc, q->x, xlen, kvfs_fmt_dtype_size(q->xdt),
-				  q->flags & KVFS_RC_HIDDEN_DEVICE,
-				  "hidden payload");
+		ret = kvfs_rcuda_where_check(rc, q->x, xlen,
+					     kvfs_fmt_dtype_size(q->xdt),
+					     q->flags & KVFS_RC_HIDDEN_DEVICE,
+					     "hidden payload");
 	if (!ret && (q->flags & (KVFS_RC_KV_DEVICE | KVFS_RC_KV_PINNED)))
-		ret = where_check(rc, q->kv, klen, kvfs_fmt_dtype_size(q->kdt),
-				  q->flags & KVFS_RC_KV_DEVICE, "KV payload");
+		ret = kvfs_rcuda_where_check(rc, q->kv, klen,
+					     kvfs_fmt_dtype_size(q->kdt),
+					     q->flags & KVFS_RC_KV_DEVICE,
+					     "KV payload");
 	/* Host memory said to be pageable that is in fact page-locked (the
 	 * DRAM tier's pinned arena, a buffer of kvfs_restore_cuda_host_get())
 	 * is copied by the copy engine, without the staging buffers.
@@ -977,9 +935,9 @@ int kvfs_restore_cuda_layers(struct kvfs_restore_cuda *rc, uint32_t first,
 	if (!rc || !x || !kv)
 		return -EINVAL;
 	if (!count)
-		return req_bad("no layers");
+		return kvfs_rcuda_req_bad("no layers");
 	if (first >= rc->m.n_layers || count > rc->m.n_layers - first)
-		return req_bad("layer out of range");
+		return kvfs_rcuda_req_bad("layer out of range");
 	ret = check_args(rc, x_dtype, start_pos, n_tokens, chunk_tokens,
 			 kv_dtype, flags);
 	if (ret)
@@ -1017,12 +975,11 @@ void kvfs_restore_cuda_host_put(struct kvfs_restore_cuda *rc, void *buf)
 		kvfs_host_pool_put(&rc->host, buf);
 }
 
-int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
-			    const struct kvfs_restore_io *io)
+int kvfs_rcuda_block_req(struct kvfs_restore_cuda *rc,
+			 const struct kvfs_restore_io *io, struct rc_req *q)
 {
 	uint64_t hl, kl, count;
 	uint32_t nl;
-	struct rc_req q;
 	int ret;
 
 	if (!rc || !io || !io->hidden || !io->kv)
@@ -1038,17 +995,17 @@ int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 	kl = kvfs_restore_kv_layer_bytes(&rc->m, io->n_tokens,
 					 io->chunk_tokens, io->kv_dtype);
 	if (hl > UINT64_MAX / nl || kl > UINT64_MAX / nl)
-		return req_bad("payload size overflows");
+		return kvfs_rcuda_req_bad("payload size overflows");
 	if (io->hidden_len != hl * nl)
-		return req_bad("hidden payload length does not match the geometry");
+		return kvfs_rcuda_req_bad("hidden payload length does not match the geometry");
 	if (io->kv_len != kl * nl)
-		return req_bad("KV payload length does not match the geometry");
+		return kvfs_rcuda_req_bad("KV payload length does not match the geometry");
 	if (io->first_layer >= nl)
-		return req_bad("first layer out of range");
+		return kvfs_rcuda_req_bad("first layer out of range");
 	count = io->n_layers ? io->n_layers : nl - io->first_layer;
 	if (count > nl - io->first_layer)
-		return req_bad("layer range out of bounds");
-	q = (struct rc_req){
+		return kvfs_rcuda_req_bad("layer range out of bounds");
+	*q = (struct rc_req){
 		.x = (const uint8_t *)io->hidden + io->first_layer * hl,
 		.kv = (uint8_t *)io->kv + io->first_layer * kl,
 		.hl = hl,
@@ -1062,7 +1019,16 @@ int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 		.count = (uint32_t)count,
 		.flags = io->flags,
 	};
-	return submit(rc, &q);
+	return 0;
+}
+
+int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
+			    const struct kvfs_restore_io *io)
+{
+	struct rc_req q;
+	int ret = kvfs_rcuda_block_req(rc, io, &q);
+
+	return ret ? ret : submit(rc, &q);
 }
 
 /* ------------------------------------------------------------ profile */
@@ -1090,7 +1056,7 @@ static int prof_issue(struct kvfs_restore_cuda *rc, enum prof_what w,
 	case P_GEMM:
 		return gemm(rc, 0, pb->n);
 	case P_COMPUTE:
-		return project(rc, 0, pb->dx, pb->dt, pb->n) ?:
+		return kvfs_rcuda_project(rc, 0, pb->dx, pb->dt, pb->n) ?:
 		       finish_layer(rc, 0, pb->n, pb->n, pb->dkv, pb->dt);
 	case P_H2D_HIDDEN:
 		return CUDA_TRY(cudaMemcpyAsync(pb->dx, pb->hx, pb->xb,

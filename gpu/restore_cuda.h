@@ -186,6 +186,31 @@ void kvfs_restore_cuda_host_put(struct kvfs_restore_cuda *rc, void *buf);
 int kvfs_restore_cuda_block(struct kvfs_restore_cuda *rc,
 			    const struct kvfs_restore_io *io);
 
+/*
+ * kvfs_restore_cuda_blocks() - kvfs_restore_cuda_block() for the @n
+ * requests @io[0..n) at once: for each layer, the hidden rows of every
+ * block go into one buffer and through one norm and one GEMM, so the
+ * layer's weights are read once for all of them instead of once a block
+ * (what makes restoring a prefix of small blocks compute-bound rather
+ * than bound by weight reads and per-call latency; HCache restores in
+ * batches for the same reason).  The RoPE and scatter stay per block,
+ * each at its own start_pos, into its own KV payload.
+ * Every request must name its hidden payload in host memory (pageable
+ * or KVFS_RC_HIDDEN_PINNED) and its KV payload in device memory
+ * (KVFS_RC_KV_DEVICE: the pool extents FETCH fills), and all must share
+ * hidden_dtype, kv_dtype, chunk_tokens, first_layer and the number of
+ * layers; n_tokens and start_pos may differ.  Requests past what the
+ * workspace holds at once (about 64 MiB of projections) run in several
+ * rounds, in order.  Complete on return.
+ *
+ * Returns 0; -EINVAL (logged) for a request kvfs_restore_cuda_block()
+ * would refuse, one that breaks the rules above, or @n of 0; otherwise
+ * as kvfs_restore_cuda_layer().  On failure any of the KV payloads may
+ * hold partial output.  Locking: the handle's lock, for the whole call.
+ */
+int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
+			     const struct kvfs_restore_io *io, size_t n);
+
 /* Device timings of one layer of @n_tokens tokens (kvfs_restore_cuda_
  * profile()), in seconds, each the median of a few runs.
  */

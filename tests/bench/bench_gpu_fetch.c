@@ -37,7 +37,7 @@
  *                   [--block-tokens 16|32] [--iters N] [--dir DIR]
  *                   [--no-sweep] [--summary FILE]
  *                   [--pinned auto|yes|no] [--dram SIZE]
- *                   [--hidden [--layers N]]
+ *                   [--hidden [--layers N] [--weights f32|bf16]]
  *
  * --hidden [--layers N] is figure [11h]: the same FETCH of a prefix whose
  * blocks are stored as hidden states (HCache), so that FETCH restores each
@@ -49,7 +49,9 @@
  * the ratio says whether restoring beats moving the K/V form (which FETCH
  * does at 0.95-0.97 of it).  The restored bytes are not compared here
  * (test_hcache.sh and test_restore_cuda do); the figure says how many
- * blocks were restored into the pool and on what.  No sweep.
+ * blocks were restored into the pool and on what.  No sweep.  --weights
+ * sets [tier.gpu] restore_weights (default f32): bf16 runs the GPU
+ * restorer's GEMMs on tensor cores.
  *
  * --pinned sets [tier.dram] pinned, so `--pinned no` measures the staged
  * path; --dram opens a DRAM tier of at least SIZE, so the time the open
@@ -102,6 +104,7 @@ struct opts {
 	int pinned;             /* enum kvfs_params_pinned */
 	uint64_t dram;          /* [tier.dram] capacity; 0: what the prefix needs */
 	bool hidden;            /* [11h]: blocks stored as hidden states */
+	bool bf16;              /* with hidden: restore_weights = bf16 */
 	uint32_t layers;        /* with hidden: the model's layers */
 };
 
@@ -298,6 +301,8 @@ static int cache_open(struct bench *B)
 	B->dram_cap = conf.dram_capacity;
 	conf.gpu_backend = B->o.backend;
 	conf.gpu_device = B->o.device;
+	if (B->o.bf16)
+		conf.gpu_restore_weights = KVFS_PARAMS_RWEIGHTS_BF16;
 	conf.gpu_capacity = (uint64_t)B->n * img + 16 * MiB;
 	conf.n_ns = 1;
 	snprintf(conf.ns[0].name, sizeof(conf.ns[0].name), NS_NAME);
@@ -822,6 +827,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "dram", required_argument, NULL, 'm' },
 		{ "hidden", no_argument, NULL, 'H' },
 		{ "layers", required_argument, NULL, 'L' },
+		{ "weights", required_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -886,6 +892,14 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->hidden = true;
 			o->sweep = false;
 			break;
+		case 'W':
+			if (!strcmp(optarg, "f32"))
+				o->bf16 = false;
+			else if (!strcmp(optarg, "bf16"))
+				o->bf16 = true;
+			else
+				goto usage;
+			break;
 		case 'L':
 			if (kvfs_util_parse_u32(optarg, &o->layers) ||
 			    !o->layers || o->layers > 128)
@@ -903,7 +917,8 @@ usage:
 			"       [--block-tokens 16|32] [--iters N (11)] "
 			"[--dir DIR] [--no-sweep] [--summary FILE]\n"
 			"       [--pinned auto|yes|no] [--dram SIZE] "
-			"[--hidden [--layers N (32)]]\n");
+			"[--hidden [--layers N (32)] "
+			"[--weights f32|bf16]]\n");
 	return -EINVAL;
 }
 
@@ -977,11 +992,12 @@ int main(int argc, char **argv)
 	fmt_bytes((uint64_t)B.n * B.payload, sz, sizeof(sz));
 	if (B.o.hidden)
 		printf("\n[11h] FETCH of a %s prefix stored as hidden states, "
-		       "restored into the device pool (%s): %u blocks of %u "
-		       "tokens (Llama-7B-like, %u layers: %llu KiB of K/V "
-		       "each, %llu KiB stored), DRAM-resident, against %s of "
-		       "the K/V bytes\n",
-		       sz, be, B.n, B.o.block_tokens, B.g.n_layers,
+		       "restored into the device pool (%s, %s weights): %u "
+		       "blocks of %u tokens (Llama-7B-like, %u layers: %llu "
+		       "KiB of K/V each, %llu KiB stored), DRAM-resident, "
+		       "against %s of the K/V bytes\n",
+		       sz, be, B.o.bf16 ? "bf16" : "f32", B.n,
+		       B.o.block_tokens, B.g.n_layers,
 		       (unsigned long long)(B.payload >> 10),
 		       (unsigned long long)((B.img_size -
 					     kvfs_fmt_payload_off(
@@ -1007,7 +1023,10 @@ int main(int argc, char **argv)
 	       B.o.bytes % MiB ? "" : "M", B.o.block_tokens, B.o.iters,
 	       B.o.pinned ? " --pinned " : "",
 	       B.o.pinned ? pin_names[B.o.pinned] : "",
-	       B.o.hidden ? " --hidden" : "", B.o.iters);
+	       B.o.hidden ? (B.o.bf16 ? " --hidden --weights bf16" :
+					" --hidden") :
+			    "",
+	       B.o.iters);
 	t0 = now_ns();
 	rc = write_prefix(&B);
 	if (rc)
@@ -1028,7 +1047,8 @@ int main(int argc, char **argv)
 		if (rc)
 			goto out;
 		snprintf(label, sizeof(label),
-			 "[11h] FETCH %s prefix, hidden states (%s)", sz, be);
+			 "[11h] FETCH %s prefix, hidden states (%s, %s)", sz,
+			 be, B.o.bf16 ? "bf16" : "f32");
 		summary(B.o.summ, label, k, b, "GB/s", "-");
 		goto out;
 	}

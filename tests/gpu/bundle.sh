@@ -134,7 +134,8 @@ cat > "$OUT/run.sh" <<'RUN'
 # a long prefix into the cuda pool against the raw H2D copy
 # (bench_gpu_fetch), the daemon's restore from the SSD on the GPU
 # (bench_hcache [9g]), FETCH of a prefix stored as hidden states restored
-# into the pool (bench_gpu_fetch --hidden, [11h]), then the mount-level
+# into the pool with f32 and with bf16 weights, batched and one block a
+# GEMM (bench_gpu_fetch --hidden, [11h]), then the mount-level
 # suites (integration/test_*.sh)
 # against the cuda backend.  With an NVIDIA GPU visible (nvidia-smi -L, or
 # /dev/nvidia0) they run with KVFS_TEST_GPU=cuda; without one the GPU
@@ -248,21 +249,28 @@ if [[ $stages == *" bench "* ]]; then
 		# block restored on the GPU into the pool, against the raw
 		# copy of its K/V bytes (BENCH_FETCH_HIDDEN_BYTES, 1G).
 		hbytes=${BENCH_FETCH_HIDDEN_BYTES:-1G}
-		echo "=== bench_gpu_fetch --backend cuda --hidden --bytes $hbytes"
-		xsum=$(mktemp "${TMPDIR:-/tmp}/gpu-fetch-h.XXXXXX") || xsum=
-		if ./bench_gpu_fetch --backend cuda --device "${BENCH_DEVICE:-0}" \
-			--hidden --bytes "$hbytes" --iters 5 \
-			${xsum:+--summary "$xsum"}; then
-			if [ -n "$xsum" ] &&
-				IFS='|' read -r label k b unit ratio goal <"$xsum"; then
-				summary+=("$(printf '%-24s %s: %s of %s %s = %s' \
-					bench_gpu_fetch "$label" "$k" "$b" "$unit" "$ratio")")
+		# Each weight precision twice: batched (the default), and
+		# with KVFS_RESTORE_BATCH_ROWS=1, one block per GEMM as
+		# before batching, the figure's same-run reference.
+		for run in f32: f32:1 bf16: bf16:1; do
+			w=${run%%:*} rows=${run#*:}
+			echo "=== bench_gpu_fetch --backend cuda --hidden --weights $w --bytes $hbytes${rows:+ (KVFS_RESTORE_BATCH_ROWS=$rows)}"
+			xsum=$(mktemp "${TMPDIR:-/tmp}/gpu-fetch-h.XXXXXX") || xsum=
+			if env ${rows:+KVFS_RESTORE_BATCH_ROWS=$rows} \
+				./bench_gpu_fetch --backend cuda --device "${BENCH_DEVICE:-0}" \
+				--hidden --weights "$w" --bytes "$hbytes" --iters 5 \
+				${xsum:+--summary "$xsum"}; then
+				if [ -n "$xsum" ] &&
+					IFS='|' read -r label k b unit ratio goal <"$xsum"; then
+					summary+=("$(printf '%-24s %s%s: %s of %s %s = %s' \
+						bench_gpu_fetch "$label" "${rows:+ one block a GEMM}" "$k" "$b" "$unit" "$ratio")")
+				fi
+			else
+				fail=1
+				summary+=("$(printf '%-24s FAILED (--hidden --weights %s%s)' bench_gpu_fetch "$w" "${rows:+, one block a GEMM}")")
 			fi
-		else
-			fail=1
-			summary+=("$(printf '%-24s FAILED (--hidden)' bench_gpu_fetch)")
-		fi
-		[ -n "$xsum" ] && rm -f "$xsum"
+			[ -n "$xsum" ] && rm -f "$xsum"
+		done
 	fi
 fi
 

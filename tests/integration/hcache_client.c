@@ -709,18 +709,19 @@ static void devstat_moved(const struct devstat *d, uint64_t n, bool gpu)
  * only when the image leaves the pool, and the GPU may round the last
  * place differently from the CPU, so only the payload is checked.
  */
-static void check_pool_block(const struct chain *c, int i,
-			     const struct kvfs_ctl_msg *m, bool gpu)
+static void check_pool_at(const struct chain *c, int i,
+			  const struct kvfs_ctl_msg *m, uint32_t at, bool gpu)
 {
-	const struct kvfs_ctl_block *blk = (const void *)(m->bytes +
-							  sizeof(m->resp));
+	const struct kvfs_ctl_block *blk =
+		(const struct kvfs_ctl_block *)(m->bytes + sizeof(m->resp)) +
+		at;
 	uint64_t po = kvfs_fmt_payload_off(ntok[i]);
 	uint64_t size = kvfs_fmt_file_size(&c->g, KVFS_KIND_KV, ntok[i]);
 	char path[4200];
 	uint8_t *img, *rd;
 	size_t len;
 
-	assert_int_equal(m->resp.n_blocks, 1);
+	assert_true(at < m->resp.n_blocks);
 	assert_int_equal(blk->len, size - po);
 	assert_true(blk->pool_off >= po);
 	img = calloc(1, size);
@@ -739,6 +740,14 @@ static void check_pool_block(const struct chain *c, int i,
 		free(rd);
 	}
 	free(img);
+}
+
+/* The same for the one block of response @m. */
+static void check_pool_block(const struct chain *c, int i,
+			     const struct kvfs_ctl_msg *m, bool gpu)
+{
+	assert_int_equal(m->resp.n_blocks, 1);
+	check_pool_at(c, i, m, 0, gpu);
 }
 
 /* The counters a restoration for a read moves. */
@@ -899,6 +908,58 @@ static void test_read_after_fetch(void **state)
 	free(img);
 	/* gone again, so that the stats mode counts the four-block chains */
 	assert_int_equal(unlink(path), 0);
+	chain_free(&c);
+}
+
+/* FETCH of a whole chain of lf32 (HIDDEN, f32), two of its blocks in
+ * DRAM and two only on the SSD, the last one partial: one request, every
+ * block restored straight into the pool (on the GPU, in one batch
+ * through the restorer), each with the right values at the place the
+ * response gives.
+ */
+static void test_fetch_chain(void **state)
+{
+	struct nspec alt = nss[0];
+	struct kvfs_ctl_msg m;
+	struct devstat d;
+	struct chain c;
+	bool gpu = ns_on_gpu(alt.name);
+	char path[NBLK][4200], ctl[4200];
+	int fd;
+
+	alt.seed += 800; /* a prefix nobody wrote yet */
+	chain_make(&c, &alt);
+	for (int i = 0; i < NBLK; i++) {
+		block_path(path[i], sizeof(path[i]), alt.name, c.key[i]);
+		assert_int_equal(put_file(path[i], c.img[i], c.size[i]), 0);
+	}
+	for (int i = 1; i < NBLK; i += 2)
+		assert_int_equal(ctl_call(KVFS_CTL_EVICT, alt.name, c.key[i],
+					  1 /* dram */, &m),
+				 0);
+	devstat_get(&d);
+	memset(&m, 0, sizeof(m));
+	m.req.magic = KVFS_CTL_MAGIC;
+	m.req.abi = KVFS_CTL_ABI;
+	m.req.op = KVFS_CTL_FETCH;
+	snprintf(m.req.ns, sizeof(m.req.ns), "%s", alt.name);
+	m.req.n_keys = NBLK;
+	m.req.size = (uint32_t)(sizeof(m.req) + 16 * NBLK);
+	for (int i = 0; i < NBLK; i++)
+		memcpy(m.bytes + sizeof(m.req) + 16 * i, c.key[i], 16);
+	snprintf(ctl, sizeof(ctl), "%s/.kvfs/ctl", mnt);
+	fd = open(ctl, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ioctl(fd, KVFS_IOC(KVFS_CTL_FETCH), &m), 0);
+	assert_int_equal(m.resp.error, 0);
+	assert_int_equal(m.resp.n_blocks, NBLK);
+	devstat_moved(&d, NBLK, gpu);
+	for (int i = 0; i < NBLK; i++)
+		check_pool_at(&c, i, &m, (uint32_t)i, gpu);
+	close(fd);
+	/* gone again, so that the stats mode counts the four-block chains */
+	for (int i = NBLK - 1; i >= 0; i--)
+		assert_int_equal(unlink(path[i]), 0);
 	chain_free(&c);
 }
 
@@ -1287,6 +1348,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_one_restoration),
 		cmocka_unit_test(test_fetch),
 		cmocka_unit_test(test_read_after_fetch),
+		cmocka_unit_test(test_fetch_chain),
 		cmocka_unit_test(test_fetch_mixed),
 		cmocka_unit_test(test_prefetch_then_read),
 		cmocka_unit_test(test_prefetch_in_dram),

@@ -230,6 +230,8 @@ static void test_no_device(void **state)
 	assert_null(rc);
 	ret = kvfs_restore_cuda_block(NULL, &io);
 	assert_true(ret == -EINVAL || ret == -EOPNOTSUPP);
+	ret = kvfs_restore_cuda_blocks(NULL, &io, 1);
+	assert_true(ret == -EINVAL || ret == -EOPNOTSUPP);
 	ret = kvfs_restore_cuda_layer(NULL, 0, "", KVFS_DTYPE_F32, 0, 1, 1,
 				      &io, KVFS_DTYPE_F32, 0);
 	assert_true(ret == -EINVAL || ret == -EOPNOTSUPP);
@@ -674,8 +676,159 @@ static void test_placements(void **state)
 	kvfs_restore_free(r);
 	free_model(&rm);
 }
+
+/*
+ * kvfs_restore_cuda_blocks(): blocks of different lengths and positions,
+ * some hidden payloads page-locked and some pageable, restored together
+ * into one device buffer, each equal to the CPU path within its bound
+ * and no byte between them touched; the same with KVFS_RESTORE_BATCH_ROWS
+ * small, so that the blocks go in several rounds (a GEMM of other shape
+ * may sum in another order, so the two are held to the same bound rather
+ * than compared byte for byte).  Then
+ * what a batch refuses, and that the handle still restores afterwards.
+ */
+#define BATCH_N 6
+static void batch_run(const struct kvfs_restore *r, const struct refmodel *rm,
+		      struct block *b, uint16_t kdt, const char *rows)
+{
+	struct kvfs_restore_io io[BATCH_N];
+	struct kvfs_restore_cuda *rc;
+	size_t off[BATCH_N + 1], gap = 256;
+	void *pin[BATCH_N] = { NULL };
+	uint8_t *dev = NULL, *host;
+
+	if (rows)
+		setenv("KVFS_RESTORE_BATCH_ROWS", rows, 1);
+	rc = gpu_init(r, 0);
+	unsetenv("KVFS_RESTORE_BATCH_ROWS");
+	off[0] = 0;
+	for (int i = 0; i < BATCH_N; i++)
+		off[i + 1] = off[i] + kv_len(rm, &b[i], kdt) + gap;
+	assert_int_equal(cudaMalloc((void **)&dev, off[BATCH_N]), cudaSuccess);
+	assert_int_equal(cudaMemset(dev, 0x5a, off[BATCH_N]), cudaSuccess);
+	for (int i = 0; i < BATCH_N; i++) {
+		io[i] = gpu_io(rm, &b[i], kdt);
+		io[i].kv = dev + off[i];
+		io[i].flags = KVFS_RC_KV_DEVICE;
+		if (i % 3 == 1) {
+			/* page-locked, said so */
+			assert_int_equal(cudaHostAlloc(&pin[i],
+						       b[i].hidden_len, 0),
+					 cudaSuccess);
+			memcpy(pin[i], b[i].hidden, b[i].hidden_len);
+			io[i].hidden = pin[i];
+			io[i].flags |= KVFS_RC_HIDDEN_PINNED;
+		} else if (i % 3 == 2) {
+			/* page-locked, passed as pageable */
+			assert_int_equal(cudaHostAlloc(&pin[i],
+						       b[i].hidden_len, 0),
+					 cudaSuccess);
+			memcpy(pin[i], b[i].hidden, b[i].hidden_len);
+			io[i].hidden = pin[i];
+		}
+	}
+	assert_int_equal(kvfs_restore_cuda_blocks(rc, io, BATCH_N), 0);
+	host = malloc(off[BATCH_N]);
+	assert_non_null(host);
+	assert_int_equal(cudaMemcpy(host, dev, off[BATCH_N],
+				    cudaMemcpyDeviceToHost), cudaSuccess);
+	for (int i = 0; i < BATCH_N; i++) {
+		uint8_t *c = cpu_block(r, rm, &b[i], kdt);
+		size_t len = kv_len(rm, &b[i], kdt);
+
+		compare(rm, &b[i], host + off[i], c, kdt);
+		for (size_t k = 0; k < gap; k++)
+			assert_int_equal(host[off[i] + len + k], 0x5a);
+		free(c);
+		cudaFreeHost(pin[i]);
+	}
+	free(host);
+	cudaFree(dev);
+	kvfs_restore_cuda_free(rc);
+}
+
+static void test_batch(void **state)
+{
+	/* n_tokens and start_pos: full, partial, long and one-row blocks */
+	static const uint32_t n[BATCH_N] = { 16, 16, 7, 37, 1, 16 };
+	static const uint64_t pos[BATCH_N] = { 0, 16, 32, 1000, 5, 48 };
+	struct kvfs_restore_io io[2], one;
+	struct kvfs_restore_cuda *rc;
+	struct kvfs_restore *r;
+	struct refmodel rm;
+	struct block b[BATCH_N];
+	uint8_t *dk = NULL, *kv;
+	size_t len;
+
+	NEED_GPU();
+	make_model(&rm, &ckpt_qwen2_bias, 19);
+	r = ckpt_load(&rm, "batch.safetensors", 0);
+	for (int i = 0; i < BATCH_N; i++)
+		make_block(&b[i], &rm, KVFS_DTYPE_BF16, n[i], 16, pos[i]);
+	batch_run(r, &rm, b, KVFS_DTYPE_BF16, NULL);
+	/* 20 rows a round: {16}, {16}, {7}, {37} alone, {1, 16} */
+	batch_run(r, &rm, b, KVFS_DTYPE_BF16, "20");
+
+	rc = gpu_init(r, 0);
+	len = kv_len(&rm, &b[0], KVFS_DTYPE_BF16);
+	assert_int_equal(cudaMalloc((void **)&dk, 2 * len), cudaSuccess);
+	for (int i = 0; i < 2; i++) {
+		io[i] = gpu_io(&rm, &b[i], KVFS_DTYPE_BF16);
+		io[i].kv = dk + i * len;
+		io[i].flags = KVFS_RC_KV_DEVICE;
+	}
+	assert_int_equal(kvfs_restore_cuda_blocks(NULL, io, 2), -EINVAL);
+	assert_int_equal(kvfs_restore_cuda_blocks(rc, NULL, 2), -EINVAL);
+	assert_int_equal(kvfs_restore_cuda_blocks(rc, io, 0), -EINVAL);
+#define BATCH_REFUSED(field, value)                                      \
+	do {                                                             \
+		one = io[1];                                             \
+		io[1].field = value;                                     \
+		assert_int_equal(kvfs_restore_cuda_blocks(rc, io, 2),    \
+				 -EINVAL);                               \
+		io[1] = one;                                             \
+	} while (0)
+	/* one bad request refuses the batch */
+	BATCH_REFUSED(hidden_len, b[1].hidden_len - 1);
+	BATCH_REFUSED(hidden, NULL);
+	/* the rules of a batch */
+	BATCH_REFUSED(flags, 0);
+	BATCH_REFUSED(flags, KVFS_RC_KV_PINNED);
+	BATCH_REFUSED(n_layers, 1);
+	BATCH_REFUSED(first_layer, 1);
+	BATCH_REFUSED(kv_dtype, KVFS_DTYPE_F32);
+	/* device memory that is not */
+	kv = malloc(len);
+	assert_non_null(kv);
+	BATCH_REFUSED(kv, kv);
+#undef BATCH_REFUSED
+	/* still usable */
+	assert_int_equal(kvfs_restore_cuda_blocks(rc, io, 2), 0);
+	for (int i = 0; i < 2; i++) {
+		uint8_t *c = cpu_block(r, &rm, &b[i], KVFS_DTYPE_BF16);
+
+		assert_int_equal(cudaMemcpy(kv, dk + i * len, len,
+					    cudaMemcpyDeviceToHost),
+				 cudaSuccess);
+		compare(&rm, &b[i], kv, c, KVFS_DTYPE_BF16);
+		free(c);
+	}
+	free(kv);
+	cudaFree(dk);
+	kvfs_restore_cuda_free(rc);
+	for (int i = 0; i < BATCH_N; i++)
+		free_block(&b[i]);
+	kvfs_restore_free(r);
+	free_model(&rm);
+}
 #else
 static void test_placements(void **state)
+{
+	NEED_GPU();
+	fail_msg("KVFS_TEST_GPU=cuda on a build without CUDA");
+}
+
+static void test_batch(void **state)
 {
 	NEED_GPU();
 	fail_msg("KVFS_TEST_GPU=cuda on a build without CUDA");
@@ -1077,6 +1230,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_bf16_weights),
 		cmocka_unit_test(test_layer_api),
 		cmocka_unit_test(test_placements),
+		cmocka_unit_test(test_batch),
 		cmocka_unit_test(test_host_buffers),
 		cmocka_unit_test(test_stream_on_gpu),
 		cmocka_unit_test(test_bad_requests),
