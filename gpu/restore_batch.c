@@ -7,17 +7,20 @@
  * arithmetic.  Here the blocks of a round share each layer's norm and
  * GEMM.
  *
- * A round is a run of consecutive requests whose rows fit the projection
- * buffer (BATCH_PROJ_BYTES); block i's rows sit at row offset row_i in
+ * A round is a run of consecutive requests whose rows fit the handle's
+ * batch_rows (64 MiB of projections by default); block i's rows sit at row offset row_i in
  * every round buffer (dx, hx, xn, proj and the RoPE table, which holds
  * each block's own positions).  Per layer, with the events of the
  * per-block pipeline (gpu/restore_cuda.c):
  *   copy stream     each block's rows of layer k + 1 into dx[b ^ 1] at
  *                   its offset (pageable sources through hx[b ^ 1] at the
- *                   same offset), then up_done[b ^ 1];
+ *                   same offset), one batched copy call for them all,
+ *                   then up_done[b ^ 1];
  *   compute stream  wait up_done[b]; norm and GEMM over all the round's
- *                   rows; x_free[b]; then per block bias, RoPE and
- *                   scatter from its rows of proj into its KV payload.
+ *                   rows; x_free[b]; then bias, RoPE and scatter of each
+ *                   block from its rows of proj into its KV payload, one
+ *                   launch for up to KVFS_RC_SEGS_MAX blocks.
+ * So a layer costs the host a handful of calls, not a few per block.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -27,7 +30,6 @@
 #include "gpu/restore_cuda.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
-#include "meta/util.h"
 
 #if !defined(KVFS_HAVE_CUDA) || !defined(KVFS_HAVE_CUDA_KERNELS)
 
@@ -53,11 +55,6 @@ int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
 #include "gpu/restore_cuda_i.h"
 #include "gpu/restore_handle_i.h"
 
-/* The projections of a round, [rows][2 * kv_dim] f32: 2,048 rows of
- * Llama-2-7B, enough that the GEMM, not the weight reads, sets the pace.
- */
-#define BATCH_PROJ_BYTES (64u << 20)
-
 /* One request of a batch. */
 struct bt_blk {
 	struct rc_req q;
@@ -71,22 +68,11 @@ struct bt_round {
 	size_t n;
 	uint32_t rows;  /* sum of the blocks' n_tokens */
 	bool staged;    /* some hidden payload is pageable: hx is used */
+	/* One layer's uploads, [n] each, refilled per layer. */
+	void **dst;
+	const void **src;
+	size_t *len;
 };
-
-uint32_t kvfs_rcuda_batch_rows(const struct kvfs_restore_cuda *rc)
-{
-	const char *env = getenv("KVFS_RESTORE_BATCH_ROWS");
-	uint32_t rows = BATCH_PROJ_BYTES / (2 * rc->kv_dim * sizeof(float));
-	uint64_t v;
-
-	if (env) {
-		if (!kvfs_util_parse_u64(env, &v) && v >= 1 && v <= 1u << 20)
-			return (uint32_t)v;
-		kvfs_warn("restore cuda: KVFS_RESTORE_BATCH_ROWS=%s is not a "
-			  "row count from 1 to 1048576: ignored", env);
-	}
-	return rows ? rows : 1;
-}
 
 static size_t row_bytes(const struct kvfs_restore_cuda *rc, uint16_t dt)
 {
@@ -185,6 +171,40 @@ static int round_prepare(struct kvfs_restore_cuda *rc,
 	return ret;
 }
 
+/*
+ * Queue the copies r->dst[i] <- r->src[i] on the copy stream: one
+ * cudaMemcpyBatchAsync() for the round (the host's cost of a copy call,
+ * a few µs, times one copy a block and layer was most of a batch's time),
+ * or, where the runtime refuses it, one cudaMemcpyAsync() each from
+ * then on (logged once per handle).
+ */
+static int round_copy(struct kvfs_restore_cuda *rc, const struct bt_round *r)
+{
+	struct cudaMemcpyAttributes at = {
+		.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
+		.flags = cudaMemcpyFlagPreferOverlapWithCompute,
+	};
+	size_t first = 0;
+	int ret = 0;
+
+	if (!rc->copy_one) {
+		cudaError_t e = cudaMemcpyBatchAsync(
+			r->dst, r->src, r->len, r->n, &at, &first, 1, rc->xs);
+
+		if (e == cudaSuccess)
+			return 0;
+		(void)cudaGetLastError();
+		kvfs_warn("restore cuda: cudaMemcpyBatchAsync: %s (%s): one "
+			  "copy call a block from now on",
+			  cudaGetErrorString(e), cudaGetErrorName(e));
+		rc->copy_one = true;
+	}
+	for (size_t i = 0; i < r->n && !ret; i++)
+		ret = CUDA_TRY(cudaMemcpyAsync(r->dst[i], r->src[i], r->len[i],
+					       cudaMemcpyHostToDevice, rc->xs));
+	return ret;
+}
+
 /* Queue the upload of layer @k of every block into buffer @b. */
 static int round_stage(struct kvfs_restore_cuda *rc, const struct bt_round *r,
 		       uint32_t k, int b)
@@ -208,10 +228,12 @@ static int round_stage(struct kvfs_restore_cuda *rc, const struct bt_round *r,
 			memcpy((uint8_t *)rc->hx[b].p + off, src, len);
 			src = (const uint8_t *)rc->hx[b].p + off;
 		}
-		ret = CUDA_TRY(cudaMemcpyAsync((uint8_t *)rc->dx[b].p + off,
-					       src, len,
-					       cudaMemcpyHostToDevice, rc->xs));
+		r->dst[i] = (uint8_t *)rc->dx[b].p + off;
+		r->src[i] = src;
+		r->len[i] = len;
 	}
+	if (!ret)
+		ret = round_copy(rc, r);
 	if (!ret)
 		ret = CUDA_TRY(cudaEventRecord(rc->up_done[b], rc->xs));
 	return ret;
@@ -230,17 +252,25 @@ static int round_compute(struct kvfs_restore_cuda *rc,
 					 r->blk[0].q.xdt, r->rows);
 	if (!ret)
 		ret = CUDA_TRY(cudaEventRecord(rc->x_free[b], rc->cs));
-	for (size_t i = 0; i < r->n && !ret; i++) {
-		const struct bt_blk *bk = &r->blk[i];
+	/* Bias, RoPE and scatter: one launch per KVFS_RC_SEGS_MAX blocks. */
+	for (size_t i = 0; i < r->n && !ret; i += KVFS_RC_SEGS_MAX) {
+		struct kvfs_rc_seg seg[KVFS_RC_SEGS_MAX];
+		size_t m = r->n - i < KVFS_RC_SEGS_MAX ? r->n - i :
+							 KVFS_RC_SEGS_MAX;
 
-		ret = CUDA_TRY(kvfs_rc_scatter(
-			rc->cs,
-			(const float *)rc->proj.p +
-				(size_t)bk->row * 2 * rc->kv_dim,
-			rc->layers[layer].bkv,
-			(const float *)rc->tab.p + (size_t)bk->row * hd,
-			bk->q.n, bk->q.c, rc->m.n_kv_heads, hd,
-			bk->q.kv + (uint64_t)k * bk->q.kl, bk->q.kdt));
+		for (size_t g = 0; g < m; g++) {
+			const struct bt_blk *bk = &r->blk[i + g];
+
+			seg[g] = (struct kvfs_rc_seg){
+				.out = bk->q.kv + (uint64_t)k * bk->q.kl,
+				.row = bk->row,
+				.n = bk->q.n,
+			};
+		}
+		ret = CUDA_TRY(kvfs_rc_scatter_many(
+			rc->cs, rc->proj.p, rc->layers[layer].bkv, rc->tab.p,
+			seg, (uint32_t)m, r->blk[0].q.c, rc->m.n_kv_heads, hd,
+			r->blk[0].q.kdt));
 	}
 	return ret;
 }
@@ -274,6 +304,9 @@ int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
 			     const struct kvfs_restore_io *io, size_t n)
 {
 	struct bt_blk *blk;
+	const void **src;
+	size_t *len;
+	void **dst;
 	uint32_t cap;
 	int ret;
 
@@ -282,8 +315,13 @@ int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
 	if (!n)
 		return kvfs_rcuda_req_bad("a batch of no blocks");
 	blk = calloc(n, sizeof(*blk));
-	if (!blk)
-		return -ENOMEM;
+	dst = calloc(n, sizeof(*dst));
+	src = calloc(n, sizeof(*src));
+	len = calloc(n, sizeof(*len));
+	if (!blk || !dst || !src || !len) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
 	ret = batch_check(rc, io, n, blk);
 	if (ret)
 		goto out_free;
@@ -293,7 +331,8 @@ int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
 	if (!ret)
 		ret = batch_where(rc, blk, n);
 	for (size_t i = 0, j; i < n && !ret; i = j) {
-		struct bt_round r = { .blk = &blk[i] };
+		struct bt_round r = { .blk = &blk[i], .dst = dst, .src = src,
+				      .len = len };
 
 		/* A block larger than the cap goes alone. */
 		for (j = i; j < n && (j == i || r.rows + blk[j].q.n <= cap);
@@ -307,6 +346,9 @@ int kvfs_restore_cuda_blocks(struct kvfs_restore_cuda *rc,
 	}
 	pthread_mutex_unlock(&rc->lock);
 out_free:
+	free(len);
+	free(src);
+	free(dst);
 	free(blk);
 	return ret;
 }

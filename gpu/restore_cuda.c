@@ -28,6 +28,7 @@
 #include "gpu/restore_cuda.h"
 #include "meta/fmt.h"
 #include "meta/log.h"
+#include "meta/util.h"
 
 /* The kernels need nvcc as well as the runtime headers (Makefile). */
 #if !defined(KVFS_HAVE_CUDA) || !defined(KVFS_HAVE_CUDA_KERNELS)
@@ -425,6 +426,30 @@ static int setup_streams(struct kvfs_restore_cuda *rc)
 	return ret;
 }
 
+/*
+ * The most hidden rows one round of kvfs_restore_cuda_blocks() takes:
+ * what 64 MiB of projections ([rows][2 * kv_dim] f32) hold, 2,048 rows
+ * of Llama-2-7B, enough that the GEMM rather than the weight reads sets
+ * the pace; or $KVFS_RESTORE_BATCH_ROWS when it is a whole number from 1
+ * to 2^20 (a test's small rounds, or a smaller workspace; anything else
+ * is logged and ignored).
+ */
+static uint32_t batch_rows(uint32_t kv_dim)
+{
+	const char *env = getenv("KVFS_RESTORE_BATCH_ROWS");
+	uint32_t rows = (64u << 20) / (2 * kv_dim * sizeof(float));
+	uint64_t v;
+
+	if (env) {
+		if (!kvfs_util_parse_u64(env, &v) && v >= 1 && v <= 1u << 20)
+			return (uint32_t)v;
+		kvfs_warn("restore cuda: KVFS_RESTORE_BATCH_ROWS=%s is not a "
+			  "row count from 1 to 1048576: ignored",
+			  env);
+	}
+	return rows ? rows : 1;
+}
+
 int kvfs_restore_cuda_init_weights(const struct kvfs_restore_model *m,
 				   const struct kvfs_restore_weights *w,
 				   int device, unsigned flags,
@@ -468,7 +493,7 @@ int kvfs_restore_cuda_init_weights(const struct kvfs_restore_model *m,
 	}
 	rc->m = *m;
 	rc->kv_dim = m->n_kv_heads * m->head_dim;
-	rc->batch_rows = kvfs_rcuda_batch_rows(rc);
+	rc->batch_rows = batch_rows(rc->kv_dim);
 	rc->device = device;
 	rc->flags = flags;
 	half = m->head_dim / 2;

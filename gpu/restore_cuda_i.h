@@ -60,6 +60,31 @@ cudaError_t kvfs_rc_scatter(cudaStream_t st, const float *proj,
 			    uint32_t c, uint32_t heads, uint32_t head_dim,
 			    void *out, uint16_t kv_dtype);
 
+/* One block of kvfs_rc_scatter_many(). */
+struct kvfs_rc_seg {
+	void *out;      /* its whole KV layer, as kvfs_rc_scatter()'s @out */
+	uint32_t row;   /* its first row in @proj and @cs */
+	uint32_t n;     /* its rows, >= 1 */
+};
+
+/* The most blocks one kvfs_rc_scatter_many() takes: the segments travel
+ * by value in the launch's parameters (24 bytes each).
+ */
+#define KVFS_RC_SEGS_MAX 32
+
+/*
+ * kvfs_rc_scatter() for @nseg (1 .. KVFS_RC_SEGS_MAX) blocks in one
+ * launch: block i reads rows seg[i].row .. seg[i].row + seg[i].n - 1 of
+ * @proj and of @cs (whose rows are that block's positions) and writes
+ * its whole KV layer at seg[i].out, padding rows zeroed.  @seg is read
+ * during the call only.  All blocks share @c, @bkv and @kv_dtype.
+ */
+cudaError_t kvfs_rc_scatter_many(cudaStream_t st, const float *proj,
+				 const float *bkv, const float *cs,
+				 const struct kvfs_rc_seg *seg, uint32_t nseg,
+				 uint32_t c, uint32_t heads, uint32_t head_dim,
+				 uint16_t kv_dtype);
+
 #ifdef __cplusplus
 }
 #endif

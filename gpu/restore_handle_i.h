@@ -38,7 +38,8 @@ struct rc_buf {
 struct kvfs_restore_cuda {
 	struct kvfs_restore_model m;    /* immutable */
 	uint32_t kv_dim;                /* immutable */
-	uint32_t batch_rows;            /* immutable: rows of a batch round */
+	uint32_t batch_rows;            /* immutable: most rows of a round of
+					 * kvfs_restore_cuda_blocks() */
 	int device;                     /* immutable */
 	unsigned flags;                 /* immutable */
 	uint64_t mem_bytes;             /* immutable */
@@ -58,6 +59,7 @@ struct kvfs_restore_cuda {
 	struct rc_buf proj;             /* device: [n][2 * kv_dim] f32 */
 	struct rc_buf tab;              /* device: RoPE cos/sin */
 	bool tab_ok;                    /* tab holds tab_pos, tab_n */
+	bool copy_one;                  /* no cudaMemcpyBatchAsync here */
 	uint64_t tab_pos;
 	uint32_t tab_n;
 };
@@ -103,16 +105,6 @@ int kvfs_rcuda_block_req(struct kvfs_restore_cuda *rc,
 int kvfs_rcuda_where_check(const struct kvfs_restore_cuda *rc, const void *p,
 			   uint64_t len, size_t es, bool device,
 			   const char *what);
-
-/*
- * kvfs_rcuda_batch_rows() - how many hidden rows one round of
- * kvfs_restore_cuda_blocks() takes at most, for a handle whose kv_dim is
- * set: $KVFS_RESTORE_BATCH_ROWS when it is a whole number from 1 to
- * 2^20 (a test's small rounds, or a smaller workspace; anything else is
- * logged and ignored), else what 64 MiB of projections hold.  Called
- * once, by init.
- */
-uint32_t kvfs_rcuda_batch_rows(const struct kvfs_restore_cuda *rc);
 
 /*
  * kvfs_rcuda_project() - queue on rc->cs the RMSNorm of @n rows at @src

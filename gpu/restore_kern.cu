@@ -256,18 +256,18 @@ extern "C" cudaError_t kvfs_rc_rope_table(cudaStream_t st, const double *inv,
 
 /* One thread per (row, rotation pair): it writes K[j], K[j + half] and
  * the V elements at the same places, so neighbouring threads write
- * neighbouring elements.
+ * neighbouring elements.  Thread @t0 of @step, in a grid-stride loop.
  */
-__global__ static void scatter_kernel(const float *proj, const float *bkv,
-				      const float *cs, uint32_t n, uint32_t c,
-				      uint32_t heads, uint32_t hd,
-				      uint64_t rows, void *out, uint16_t dt)
+__device__ static void scatter_rows(const float *proj, const float *bkv,
+				    const float *cs, uint32_t n, uint32_t c,
+				    uint32_t heads, uint32_t hd, uint64_t rows,
+				    void *out, uint16_t dt, uint64_t t0,
+				    uint64_t step)
 {
 	uint32_t half = hd / 2, d = heads * hd, pairs = heads * half;
 	uint64_t total = rows * pairs;
 
-	for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	     t < total; t += (uint64_t)gridDim.x * blockDim.x) {
+	for (uint64_t t = t0; t < total; t += step) {
 		uint64_t r = t / pairs, ch = r / c, i = r % c;
 		uint32_t p = (uint32_t)(t % pairs), j = p % half;
 		uint32_t o1 = (p / half) * hd + j, o2 = o1 + half;
@@ -295,6 +295,65 @@ __global__ static void scatter_kernel(const float *proj, const float *bkv,
 		store_elem(out, dt, vb + o1, v1);
 		store_elem(out, dt, vb + o2, v2);
 	}
+}
+
+__global__ static void scatter_kernel(const float *proj, const float *bkv,
+				      const float *cs, uint32_t n, uint32_t c,
+				      uint32_t heads, uint32_t hd,
+				      uint64_t rows, void *out, uint16_t dt)
+{
+	scatter_rows(proj, bkv, cs, n, c, heads, hd, rows, out, dt,
+		     (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+		     (uint64_t)gridDim.x * blockDim.x);
+}
+
+/* The segments of one launch, by value. */
+struct seg_set {
+	struct kvfs_rc_seg s[KVFS_RC_SEGS_MAX];
+};
+
+/* Grid row y is segment y. */
+__global__ static void scatter_many_kernel(const float *proj,
+					   const float *bkv, const float *cs,
+					   struct seg_set set, uint32_t c,
+					   uint32_t heads, uint32_t hd,
+					   uint16_t dt)
+{
+	const struct kvfs_rc_seg *g = &set.s[blockIdx.y];
+	uint64_t rows = ((uint64_t)g->n + c - 1) / c * c;
+
+	scatter_rows(proj + (uint64_t)g->row * 2 * heads * hd, bkv,
+		     cs + (uint64_t)g->row * hd, g->n, c, heads, hd, rows,
+		     g->out, dt,
+		     (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+		     (uint64_t)gridDim.x * blockDim.x);
+}
+
+extern "C" cudaError_t kvfs_rc_scatter_many(cudaStream_t st,
+					    const float *proj,
+					    const float *bkv, const float *cs,
+					    const struct kvfs_rc_seg *seg,
+					    uint32_t nseg, uint32_t c,
+					    uint32_t heads, uint32_t head_dim,
+					    uint16_t kv_dtype)
+{
+	struct seg_set set;
+	uint64_t most = 0;
+
+	if (!nseg || nseg > KVFS_RC_SEGS_MAX)
+		return cudaErrorInvalidValue;
+	for (uint32_t i = 0; i < nseg; i++) {
+		uint64_t rows = ((uint64_t)seg[i].n + c - 1) / c * c;
+		uint64_t total = rows * heads * (head_dim / 2);
+
+		set.s[i] = seg[i];
+		if (total > most)
+			most = total;
+	}
+	scatter_many_kernel<<<dim3(ew_blocks(most), nseg), EW_THREADS, 0,
+			      st>>>(proj, bkv, cs, set, c, heads, head_dim,
+				    kv_dtype);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t kvfs_rc_scatter(cudaStream_t st, const float *proj,

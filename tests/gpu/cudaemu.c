@@ -43,6 +43,7 @@
  * runtime's ("-1": none).  KVFS_CUDAEMU_PIN_LIMIT=BYTES makes a
  * cudaHostRegister() of more than BYTES fail with
  * cudaErrorMemoryAllocation, as a low RLIMIT_MEMLOCK can.
+ * KVFS_CUDAEMU_NO_BATCH_COPY=1 makes cudaMemcpyBatchAsync() unsupported.
  * cudaHostAlloc() gives memory 256 bytes past a page boundary: the
  * runtime sub-allocates small pinned requests (an H200 gave 1 MiB ones
  * 256-byte alignment), so code must not count on pages.
@@ -750,6 +751,38 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
 	return enqueue(stream, &(struct emu_op){
 		.kind = OP_COPY,
 		.copy = { .dst = dst, .src = src, .len = count } });
+}
+
+/*
+ * The batch as the runtime checks it (attributes for every copy, the
+ * first index 0, a stream order set, not the legacy stream), then each
+ * copy queued as cudaMemcpyAsync() with the kind inferred.  With
+ * KVFS_CUDAEMU_NO_BATCH_COPY=1 it answers cudaErrorNotSupported, as a
+ * driver without it would.
+ */
+cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs,
+				 const size_t *sizes, size_t count,
+				 struct cudaMemcpyAttributes *attrs,
+				 size_t *attrsIdxs, size_t numAttrs,
+				 cudaStream_t stream)
+{
+	const char *off = getenv("KVFS_CUDAEMU_NO_BATCH_COPY");
+	cudaError_t e = cudaSuccess;
+
+	if (off && !strcmp(off, "1"))
+		return fail(cudaErrorNotSupported);
+	if (!dsts || !srcs || !sizes || !count || !attrs || !attrsIdxs ||
+	    !numAttrs || numAttrs > count || attrsIdxs[0] || !stream)
+		return fail(cudaErrorInvalidValue);
+	for (size_t i = 0; i < numAttrs; i++)
+		if (attrs[i].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid ||
+		    (i && attrsIdxs[i] <= attrsIdxs[i - 1]) ||
+		    attrsIdxs[i] >= count)
+			return fail(cudaErrorInvalidValue);
+	for (size_t i = 0; i < count && e == cudaSuccess; i++)
+		e = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i],
+				    cudaMemcpyDefault, stream);
+	return e;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,

@@ -283,3 +283,26 @@ cudaError_t kvfs_rc_scatter(cudaStream_t st, const float *proj,
 					    .dt = kv_dtype };
 	return launch(st, scatter_run, a);
 }
+
+/* One emulated launch per segment: the stand-in runs kernels in stream
+ * order on the host, so the result is the same as one launch's.
+ */
+cudaError_t kvfs_rc_scatter_many(cudaStream_t st, const float *proj,
+				 const float *bkv, const float *cs,
+				 const struct kvfs_rc_seg *seg, uint32_t nseg,
+				 uint32_t c, uint32_t heads, uint32_t head_dim,
+				 uint16_t kv_dtype)
+{
+	static const char *me = "kvfs_rc_scatter_many";
+	uint64_t d = (uint64_t)heads * head_dim;
+	cudaError_t e = cudaSuccess;
+
+	if (!seg || !nseg || nseg > KVFS_RC_SEGS_MAX)
+		return refuse(me, "segment count", cudaErrorInvalidValue);
+	for (uint32_t i = 0; i < nseg && e == cudaSuccess; i++)
+		e = kvfs_rc_scatter(st, proj + (uint64_t)seg[i].row * 2 * d,
+				    bkv, cs + (uint64_t)seg[i].row * head_dim,
+				    seg[i].n, c, heads, head_dim, seg[i].out,
+				    kv_dtype);
+	return e;
+}

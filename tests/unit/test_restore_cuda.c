@@ -768,6 +768,12 @@ static void test_batch(void **state)
 	batch_run(r, &rm, b, KVFS_DTYPE_BF16, NULL);
 	/* 20 rows a round: {16}, {16}, {7}, {37} alone, {1, 16} */
 	batch_run(r, &rm, b, KVFS_DTYPE_BF16, "20");
+	/* Where the runtime has no batched copies, one call a block (the
+	 * stand-in refuses them on request; a GPU ignores the variable).
+	 */
+	setenv("KVFS_CUDAEMU_NO_BATCH_COPY", "1", 1);
+	batch_run(r, &rm, b, KVFS_DTYPE_BF16, NULL);
+	unsetenv("KVFS_CUDAEMU_NO_BATCH_COPY");
 
 	rc = gpu_init(r, 0);
 	len = kv_len(&rm, &b[0], KVFS_DTYPE_BF16);
