@@ -911,23 +911,28 @@ static void test_read_after_fetch(void **state)
 	chain_free(&c);
 }
 
-/* FETCH of a whole chain of lf32 (HIDDEN, f32), two of its blocks in
- * DRAM and two only on the SSD, the last one partial: one request, every
- * block restored straight into the pool (on the GPU, in one batch
- * through the restorer), each with the right values at the place the
- * response gives.
+/*
+ * FETCH of a whole chain of @base nobody wrote yet (its seed moved by
+ * @seed_off), two of its blocks in DRAM and two only on the SSD, the
+ * last one partial: one request, each block in the pool with the right
+ * values at the place the response gives.  Every block is restored
+ * straight into the pool (on the GPU, in one batch through the
+ * restorer), or with @fail (the namespace's cuBLAS fails every GEMM) the
+ * batch fails, and each of its blocks falls back to the path through
+ * DRAM (restore.to_device_fallbacks), restored there on the CPU.
  */
-static void test_fetch_chain(void **state)
+static void fetch_chain(const struct nspec *base, uint64_t seed_off,
+			bool fail)
 {
-	struct nspec alt = nss[0];
+	struct nspec alt = *base;
 	struct kvfs_ctl_msg m;
-	struct devstat d;
+	struct devstat d, now;
 	struct chain c;
 	bool gpu = ns_on_gpu(alt.name);
 	char path[NBLK][4200], ctl[4200];
 	int fd;
 
-	alt.seed += 800; /* a prefix nobody wrote yet */
+	alt.seed += seed_off;
 	chain_make(&c, &alt);
 	for (int i = 0; i < NBLK; i++) {
 		block_path(path[i], sizeof(path[i]), alt.name, c.key[i]);
@@ -953,14 +958,29 @@ static void test_fetch_chain(void **state)
 	assert_int_equal(ioctl(fd, KVFS_IOC(KVFS_CTL_FETCH), &m), 0);
 	assert_int_equal(m.resp.error, 0);
 	assert_int_equal(m.resp.n_blocks, NBLK);
-	devstat_moved(&d, NBLK, gpu);
+	if (!fail) {
+		devstat_moved(&d, NBLK, gpu);
+	} else {
+		devstat_get(&now);
+		assert_int_equal(now.blocks, d.blocks + NBLK);
+		assert_int_equal(now.to_dev, d.to_dev);
+		assert_int_equal(now.to_gpu, d.to_gpu);
+		assert_int_equal(now.fallbacks, d.fallbacks + NBLK);
+	}
+	/* through DRAM the pool holds the whole image, CRCs included */
 	for (int i = 0; i < NBLK; i++)
-		check_pool_at(&c, i, &m, (uint32_t)i, gpu);
+		check_pool_at(&c, i, &m, (uint32_t)i, gpu && !fail);
 	close(fd);
 	/* gone again, so that the stats mode counts the four-block chains */
 	for (int i = NBLK - 1; i >= 0; i--)
 		assert_int_equal(unlink(path[i]), 0);
 	chain_free(&c);
+}
+
+/* A chain of lf32 (HIDDEN, f32) in one FETCH. */
+static void test_fetch_chain(void **state)
+{
+	fetch_chain(&nss[0], 800, false);
 }
 
 struct fetcher {
@@ -1219,7 +1239,8 @@ static void test_stats(void **state)
  * The daemon runs with a cuBLAS whose GEMMs all fail (test_hcache.sh):
  * the GPU restorer starts, its profile fails, so the plans use the CPU's
  * projection time; every read's GPU restoration fails and the CPU
- * restores it instead, with the right bytes.
+ * restores it instead, with the right bytes; a FETCH's batch fails as a
+ * whole and each of its blocks reaches the pool through DRAM.
  */
 static void test_fallback(void **state)
 {
@@ -1233,6 +1254,7 @@ static void test_fallback(void **state)
 	read_two(&nss[0], 1100, true, true);
 	read_two(&nss[1], 1100, true, true);
 	read_two(&nss[5], 1100, true, true);
+	fetch_chain(&nss[0], 1200, true);
 	assert_int_equal(stat_u64("restore.gpu_blocks"), 0);
 	assert_int_equal(stat_u64("restore.errors"), 0);
 }
