@@ -231,7 +231,7 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	struct kvfs_extent *ext = NULL;
 	struct host_img *img = NULL;
 	struct kvfs_block **blk = NULL;
-	bool *dev = NULL, *nocrc = NULL;
+	bool *noimg = NULL, *nocrc = NULL; /* noimg: img[i] not held */
 	int *res = NULL;
 	size_t m = 0, nx = 0;
 	int rc = 0;
@@ -246,10 +246,10 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	ext = calloc(n ? n : 1, sizeof(*ext));
 	img = calloc(n ? n : 1, sizeof(*img));
 	blk = calloc(n ? n : 1, sizeof(*blk));
-	dev = calloc(n ? n : 1, sizeof(*dev));
+	noimg = calloc(n ? n : 1, sizeof(*noimg));
 	nocrc = calloc(n ? n : 1, sizeof(*nocrc));
 	res = calloc(n ? n : 1, sizeof(*res));
-	if (!x || !ext || !img || !blk || !dev || !nocrc || !res) {
+	if (!x || !ext || !img || !blk || !noimg || !nocrc || !res) {
 		rc = -ENOMEM;
 		goto out_unlock;
 	}
@@ -269,7 +269,7 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 		if (rc)
 			goto out_undo;
 		blk[m] = b;
-		dev[m] = true; /* no host image held yet */
+		noimg[m] = true; /* until host_img_get() holds one */
 		m++;
 	}
 	/* Stored hidden states straight into their extents, the GPU's in
@@ -299,7 +299,7 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 		rc = host_img_get(c, b, &img[i]);
 		if (rc)
 			goto out_undo;
-		dev[i] = false;
+		noimg[i] = false;
 		x[nx].pool = &ext[i];
 		x[nx].host = (void *)img[i].p;
 		x[nx].len = b->size;
@@ -327,14 +327,14 @@ int kvfs_gpu_load(struct kvfs_cache *c, struct kvfs_block **blocks, size_t n,
 	}
 	pthread_mutex_unlock(&c->policy_lock);
 	for (size_t i = 0; i < m; i++)
-		if (!dev[i])
+		if (!noimg[i])
 			host_img_put(c, &img[i]);
 	goto out_unlock;
 
 out_undo:
 	for (size_t i = 0; i < m; i++) {
 		gpu->ops->free(gpu, &ext[i]);
-		if (!dev[i])
+		if (!noimg[i])
 			host_img_put(c, &img[i]);
 	}
 out_unlock:
@@ -343,7 +343,7 @@ out_unlock:
 	free(ext);
 	free(img);
 	free(blk);
-	free(dev);
+	free(noimg);
 	free(nocrc);
 	free(res);
 	return rc;
