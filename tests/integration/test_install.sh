@@ -85,16 +85,35 @@ fi
 
 # mount(8) with an fstab line of type fuse.kvfs, and umount. mount(8)
 # looks for its helper in /sbin only: a stand-in there runs the staged
-# helper with the built kvfs for the length of the test.
+# helper with the built kvfs for the length of the test.  /sbin is the
+# machine's, so runs of this test on one machine take turns under a lock,
+# which dies with its holder: a stand-in found while holding it was left
+# by a run that was killed, and is replaced.  Any other file there (an
+# installed kvfs) is left alone and the check is skipped.
 HELPER=/sbin/mount.fuse.kvfs
-if [ -e "$HELPER" ] || [ "$(id -u)" != 0 ]; then
-	t_log "$HELPER exists (or not root): the mount(8) check is skipped"
+MARK="# the stand-in of kvfs's test_install"
+helper_claim() {
+	[ "$(id -u)" = 0 ] || return 1
+	exec 9>/run/lock/kvfs-test-install.lock || return 1
+	if ! flock -w 300 9; then
+		t_log "another run held /run/lock/kvfs-test-install.lock for 300 s"
+		return 1
+	fi
+	if [ -e "$HELPER" ]; then
+		grep -qxF "$MARK" "$HELPER" 2>/dev/null || return 1
+		t_log "$HELPER: a stand-in left by a killed run, replaced"
+	fi
+	printf '#!/bin/sh\n%s\nKVFS_BIN=%s exec %s "$@"\n' "$MARK" \
+		"$BIN/kvfs" "$ROOT/sbin/mount.kvfs" >"$HELPER" &&
+		chmod 755 "$HELPER"
+}
+if ! helper_claim; then
+	t_log "$HELPER is not this test's (or not root): the mount(8) check is skipped"
 else
-	printf '#!/bin/sh\nKVFS_BIN=%s exec %s "$@"\n' "$BIN/kvfs" "$ROOT/sbin/mount.kvfs" >"$HELPER"
-	chmod 755 "$HELPER"
 	trap 'rm -f "$HELPER"; t_cleanup' EXIT
 	printf '%s %s fuse.kvfs defaults,allow_other 0 0\n' "$STORE" "$MNT" >"$T_DIR/fstab"
-	t_check "mount --fstab: the fuse.kvfs line mounts" mount -T "$T_DIR/fstab" "$MNT"
+	# 9>&-: the daemon must not hold the lock past the test.
+	t_check "mount --fstab: the fuse.kvfs line mounts" mount -T "$T_DIR/fstab" "$MNT" 9>&-
 	KVFS_PID=$(cat "$STORE/kvfs.pid" 2>/dev/null)
 	t_check "the mount serves" test -d "$MNT/$NS"
 	t_check "allow_other was passed on" grep -q "$MNT fuse.kvfs .*allow_other" /proc/mounts
@@ -104,7 +123,7 @@ else
 	t_check "the daemon exits cleanly" timeout 60 tail --pid="$KVFS_PID" -f /dev/null
 	KVFS_PID=
 	t_check "it logged a clean unmount" grep -q "unmounted $MNT" "$STORE/kvfs.log"
-	t_check "mount -t fuse.kvfs again" mount -t fuse.kvfs -o defaults "$STORE" "$MNT"
+	t_check "mount -t fuse.kvfs again" mount -t fuse.kvfs -o defaults "$STORE" "$MNT" 9>&-
 	KVFS_PID=$(cat "$STORE/kvfs.pid" 2>/dev/null)
 	t_check "the blocks persisted" gen verify "$MNT/$NS" "${GEOM[@]}" --quiet
 	t_check "umount again" umount "$MNT"
