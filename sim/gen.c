@@ -4,8 +4,9 @@
  * into a bailian-format struct kvfs_trace, deterministic for a seed.
  * zipf-docqa and fewshot follow the setups of papers 002 and 000; chat
  * is a multi-turn conversation service shaped by the figures "KVCache
- * Cache in the Wild" reports for its to-C trace (docs/policies.md,
- * "Generators").
+ * Cache in the Wild" reports for its to-C trace; agent is a tool-and-agent
+ * service shaped by what Mooncake's FAST'25 paper reports of its tool&agent
+ * trace (docs/policies.md, "Generators").
  */
 #include <errno.h>
 #include <math.h>
@@ -87,7 +88,9 @@ void kvfs_trace_gen_defaults(struct kvfs_trace_gen *g)
 {
 	memset(g, 0, sizeof(*g));
 	g->seed = 42;
-	g->requests = 0; /* per generator: 3072 docqa, 14042 fewshot */
+	g->requests = 0; /* per generator: 3072 docqa, 14042 fewshot, 20000
+			  * chat, 23608 agent
+			  */
 	g->block_tokens = 16;
 	g->docs = 381;
 	g->questions = 2;
@@ -115,6 +118,17 @@ void kvfs_trace_gen_defaults(struct kvfs_trace_gen *g)
 	g->session_ms = 333;
 	g->max_turns = 232;
 	g->max_context = 131072;
+	g->agents = 5000;
+	g->agent_alpha = 0.9;
+	g->prompt_min = 1000;
+	g->prompt_max = 9000;
+	g->task_median = 2500;
+	g->tool_median = 600;
+	g->reply_median = 150;
+	g->next_step = 0.3;
+	g->step_ms = 3000;
+	g->step_min_ms = 500;
+	g->max_steps = 64;
 }
 
 /*
@@ -368,8 +382,9 @@ static struct chat_sess heap_pop(struct chat_sess *h, size_t *n)
 }
 
 /*
- * Block ids: a user's system prompt blocks are CHAT_SYS(u) + j, shared by
- * all its sessions; block j of a session beyond them is CHAT_CONV(c) + j,
+ * Block ids (chat and agent): a user's or an agent's system prompt blocks
+ * are CHAT_SYS(u) + j, shared by all its sessions; block j of a session
+ * beyond them is CHAT_CONV(c) + j,
  * the same in every later turn (the context only grows at its end); the
  * partial last block of a prompt is new each time, as a reply fills it.
  */
@@ -464,6 +479,118 @@ int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 	ret = 0;
 out_free:
 	free(sys_len);
+	free(heap);
+	free(buf);
+	free(cdf);
+	if (ret)
+		kvfs_trace_release(t);
+	return ret;
+}
+
+/*
+ * Tool-and-agent sessions.  A session is a step with one agent's system
+ * prompt and a task; with probability next_step another step follows,
+ * whose prompt is the one before, the model's reply to it and a tool's
+ * result.  The reply drawn for a step is its output_length, the last
+ * step's too.  Sessions start as a Poisson process that spreads @n
+ * requests, 1 / (1 - next_step) to a session, over an hour.
+ */
+int kvfs_trace_gen_agent(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
+{
+	uint32_t n = g->requests ? g->requests : 23608, bt = g->block_tokens;
+	uint32_t *sys_len = NULL, *perm = NULL, sess = 0;
+	struct chat_sess *heap = NULL;
+	int64_t *buf = NULL, tail = CHAT_TAIL;
+	double *cdf = NULL, arrive = 0, gap;
+	struct rng r = { g->seed };
+	size_t nheap = 0;
+	uint64_t seq = 0;
+	int ret = -ENOMEM;
+
+	if (!gen_check(g, g->prompt_min, g->prompt_max) || !g->agents ||
+	    g->agents > (1u << 20) || !(g->agent_alpha >= 0) ||
+	    !g->task_median || !g->tool_median || !g->reply_median ||
+	    !(g->next_step >= 0) || g->next_step >= 1 || !g->max_steps ||
+	    g->max_context <= g->prompt_max ||
+	    g->max_context / bt >= CHAT_SPAN || n >= (1u << 21)) {
+		kvfs_err("gen agent: bad parameters");
+		return -EINVAL;
+	}
+	gap = 3600000.0 / ((double)n * (1.0 - g->next_step));
+	kvfs_trace_init(t, KVFS_TRACE_BAILIAN, bt);
+	sys_len = calloc(g->agents, sizeof(*sys_len));
+	perm = calloc(g->agents, sizeof(*perm));
+	heap = calloc(n, sizeof(*heap));
+	buf = calloc(g->max_context / bt + 2, sizeof(*buf));
+	cdf = zipf_cdf(g->agents, g->agent_alpha);
+	if (!sys_len || !perm || !heap || !buf || !cdf)
+		goto out_free;
+	for (uint32_t a = 0; a < g->agents; a++) {
+		sys_len[a] = rng_range(&r, g->prompt_min, g->prompt_max);
+		perm[a] = a;
+	}
+	/* Popularity rank is not agent id. */
+	rng_shuffle(&r, perm, g->agents);
+	arrive = rng_exp(&r, gap);
+	for (uint32_t i = 0; i < n; i++) {
+		struct chat_sess s;
+		struct kvfs_trace_req req = { .type = 0 };
+		uint32_t in, out, full, sys_full, nb = 0;
+		uint64_t next;
+
+		/* The earliest of the next new session and the steps due. */
+		if (nheap && heap[0].at <= (uint64_t)arrive) {
+			s = heap_pop(heap, &nheap);
+		} else {
+			s = (struct chat_sess){
+				.at = (uint64_t)arrive,
+				.user = perm[zipf_draw(cdf, g->agents, &r)],
+				.conv = sess++,
+				.turn = 1,
+				.parent = -1,
+			};
+			next = (uint64_t)sys_len[s.user] +
+			       rng_lognormal(&r, g->task_median, 0.8,
+					     g->max_context);
+			s.context = next < g->max_context ? (uint32_t)next :
+							    g->max_context;
+			arrive += rng_exp(&r, gap);
+		}
+		in = s.context;
+		out = rng_lognormal(&r, g->reply_median, 0.7, g->max_context);
+		full = in / bt;
+		sys_full = sys_len[s.user] / bt;
+		for (uint32_t j = 0; j < full; j++)
+			buf[nb++] = j < sys_full ? CHAT_SYS(s.user) + j :
+						   CHAT_CONV(s.conv) + j;
+		if (in % bt)
+			buf[nb++] = tail++;
+		req.ts_ms = s.at;
+		req.input_len = in;
+		req.output_len = out;
+		req.chat_id = i;
+		req.parent_chat_id = s.parent;
+		req.turn = (uint16_t)(s.turn < 65535 ? s.turn : 65535);
+		ret = kvfs_trace_add(t, &req, buf, nb, "text");
+		if (ret)
+			goto out_free;
+		if (s.turn >= g->max_steps || rng_unit(&r) >= g->next_step)
+			continue;
+		next = (uint64_t)in + out +
+		       rng_lognormal(&r, g->tool_median, 1.0, g->max_context);
+		if (next > g->max_context)
+			continue;
+		s.context = (uint32_t)next;
+		s.turn++;
+		s.parent = i;
+		s.at += g->step_min_ms + (uint64_t)rng_exp(&r, g->step_ms);
+		s.seq = seq++;
+		heap_push(heap, &nheap, s);
+	}
+	ret = 0;
+out_free:
+	free(sys_len);
+	free(perm);
 	free(heap);
 	free(buf);
 	free(cdf);

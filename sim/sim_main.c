@@ -55,10 +55,12 @@ static void usage(FILE *f)
 "  --format F            mooncake (ms, 512-token blocks) or bailian\n"
 "                        (s, 16-token blocks)\n"
 "  --block-tokens N      tokens per hash id (overrides the format's)\n"
-"  --gen KIND            zipf-docqa (paper 002), fewshot (paper 000) or\n"
+"  --gen KIND            zipf-docqa (paper 002), fewshot (paper 000),\n"
 "                        chat (multi-turn sessions, after paper 001's\n"
-"                        to-C trace)\n"
-"  --gen-requests N      requests to generate (3072 / 14042 / 20000)\n"
+"                        to-C trace) or agent (tool-and-agent sessions,\n"
+"                        after Mooncake FAST'25's tool&agent trace)\n"
+"  --gen-requests N      requests to generate (3072 / 14042 / 20000 /\n"
+"                        23608)\n"
 "  --seed N              generator seed (42)\n"
 "  --gen-out FILE        write the generated trace as bailian JSONL\n"
 "policies:\n"
@@ -349,7 +351,8 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		return -EINVAL;
 	}
 	if (o->gen && strcmp(o->gen, "zipf-docqa") &&
-	    strcmp(o->gen, "fewshot") && strcmp(o->gen, "chat")) {
+	    strcmp(o->gen, "fewshot") && strcmp(o->gen, "chat") &&
+	    strcmp(o->gen, "agent")) {
 		kvfs_err("kvfs-sim: unknown generator '%s'", o->gen);
 		return -EINVAL;
 	}
@@ -845,6 +848,8 @@ int main(int argc, char **argv)
 			ret = kvfs_trace_gen_fewshot(&o.g, &t);
 		else if (!strcmp(o.gen, "chat"))
 			ret = kvfs_trace_gen_chat(&o.g, &t);
+		else if (!strcmp(o.gen, "agent"))
+			ret = kvfs_trace_gen_agent(&o.g, &t);
 		else
 			ret = kvfs_trace_gen_zipf_docqa(&o.g, &t);
 		if (ret)

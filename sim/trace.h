@@ -93,7 +93,7 @@ int kvfs_trace_add(struct kvfs_trace *t, const struct kvfs_trace_req *r,
 struct kvfs_trace_gen {
 	uint64_t seed;
 	uint32_t requests;
-	uint32_t block_tokens;  /* both generators: 16, like paper 002/vLLM */
+	uint32_t block_tokens;  /* every generator: 16, like paper 002/vLLM */
 	/* zipf-docqa (paper 002, QuALITY-like) */
 	uint32_t docs;          /* 381 documents */
 	uint32_t questions;     /* per document: 2 */
@@ -117,7 +117,20 @@ struct kvfs_trace_gen {
 	uint32_t think_ms;      /* mean time between turns: 60000 */
 	uint32_t session_ms;    /* mean time between new sessions: 333 */
 	uint32_t max_turns;     /* 232, the paper's longest session */
-	uint32_t max_context;   /* tokens; a session ends beyond: 131072 */
+	uint32_t max_context;   /* tokens, chat and agent; a session ends
+				 * beyond: 131072
+				 */
+	/* agent (tool-and-agent sessions, after Mooncake's FAST'25 trace) */
+	uint32_t agents;        /* 5000, each with its own system prompt */
+	double agent_alpha;     /* Zipf skew of sessions per agent: 0.9 */
+	uint32_t prompt_min, prompt_max; /* system prompt tokens: 1000..9000 */
+	uint32_t task_median;   /* task message tokens, log-normal: 2500 */
+	uint32_t tool_median;   /* tool result tokens, log-normal: 600 */
+	uint32_t reply_median;  /* reply tokens, log-normal: 150 */
+	double next_step;       /* P(one more step) after each step: 0.3 */
+	uint32_t step_ms;       /* mean wait between steps beyond: 3000 */
+	uint32_t step_min_ms;   /* the least wait between steps: 500 */
+	uint32_t max_steps;     /* steps per session at most: 64 */
 };
 
 /* @g gets the defaults in the comments above. */
@@ -136,5 +149,19 @@ int kvfs_trace_gen_fewshot(const struct kvfs_trace_gen *g,
  * Same returns as above.
  */
 int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t);
+/*
+ * kvfs_trace_gen_agent() - tool-and-agent sessions into an empty trace @t
+ * (bailian format, g->block_tokens per block, type "text"), deterministic
+ * for g->seed: g->requests of them (23608 when 0) in timestamp order.
+ * A session is one agent's system prompt and a task; each further step
+ * appends the reply and a tool result to the step before, so it begins
+ * with that step's full blocks; parent_chat_id links the steps, turn
+ * counts them from 1.  Sessions start over about an hour whatever the
+ * count.  Returns 0, -EINVAL (bad knobs: g->agents, prompt_min..
+ * prompt_max, the medians, next_step outside [0, 1), max_steps 0,
+ * max_context not above prompt_max, too many requests) or -ENOMEM; @t is
+ * empty after an error.
+ */
+int kvfs_trace_gen_agent(const struct kvfs_trace_gen *g, struct kvfs_trace *t);
 
 #endif

@@ -685,6 +685,163 @@ static void test_gen_chat(void **state)
 	assert_int_equal(kvfs_trace_gen_chat(&g, &b), -EINVAL);
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The agent generator: deterministic for a seed; a later step names the
+ * step before it, came at least step_min_ms after it and extends its
+ * full blocks with a reply and a tool result; a partial last block's id
+ * is nowhere else in the trace; the sessions of one agent (one first
+ * block) share its system prompt's blocks, other sessions' own blocks
+ * are theirs; the count is what was asked; the --gen-out round trip
+ * keeps it all; nothing is generated from impossible knobs.
+ */
+static void test_gen_agent(void **state)
+{
+	struct kvfs_trace_gen g;
+	struct kvfs_trace a, b;
+	char path[] = "/tmp/kvfs-test-sim-XXXXXX";
+	int fd = mkstemp(path);
+	int64_t *sorted, agent[64], own[4096];
+	size_t later = 0, deep = 0, shared = 0, nown = 0;
+	unsigned nagent = 0;
+	uint32_t sys_min_full, own_at;
+
+	assert_true(fd >= 0);
+	close(fd);
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 2000;
+	g.agents = 40;
+	sys_min_full = g.prompt_min / 16;
+	own_at = g.prompt_max / 16 + 1; /* a block past every system prompt */
+	assert_int_equal(kvfs_trace_gen_agent(&g, &a), 0);
+	assert_int_equal(a.nreq, 2000);
+	assert_int_equal(a.block_tokens, 16);
+	assert_int_equal(kvfs_trace_gen_agent(&g, &b), 0);
+	assert_int_equal(a.nreq, b.nreq);
+	assert_int_equal(a.nhash, b.nhash);
+	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
+	for (size_t i = 0; i < a.nreq; i++) {
+		assert_int_equal(a.req[i].ts_ms, b.req[i].ts_ms);
+		assert_int_equal(a.req[i].output_len, b.req[i].output_len);
+	}
+	kvfs_trace_release(&b);
+	sorted = malloc(a.nhash * sizeof(*sorted));
+	assert_non_null(sorted);
+	memcpy(sorted, a.hash, a.nhash * sizeof(*sorted));
+	qsort(sorted, a.nhash, sizeof(*sorted), cmp_i64);
+	for (size_t i = 0; i < a.nreq; i++) {
+		const struct kvfs_trace_req *r = &a.req[i], *p;
+		const int64_t *h = &a.hash[r->off];
+		unsigned k;
+
+		assert_int_equal(r->chat_id, (int64_t)i);
+		assert_int_equal(r->nhash, (r->input_len + 15) / 16);
+		assert_true(r->output_len >= 1);
+		assert_true(r->turn >= 1 && r->turn <= g.max_steps);
+		assert_true(r->input_len <= g.max_context);
+		if (i)
+			assert_true(r->ts_ms >= a.req[i - 1].ts_ms);
+		if (r->input_len % 16) {
+			const int64_t *t = bsearch(&h[r->nhash - 1], sorted,
+						   a.nhash, sizeof(*sorted),
+						   cmp_i64);
+
+			assert_non_null(t);
+			assert_true(t == sorted || t[-1] != *t);
+			assert_true(t + 1 == sorted + a.nhash || t[1] != *t);
+		}
+		if (r->parent_chat_id >= 0) {
+			later++;
+			assert_true(r->parent_chat_id < (int64_t)i);
+			p = &a.req[r->parent_chat_id];
+			assert_int_equal(r->turn, p->turn + 1);
+			assert_true(r->ts_ms >= p->ts_ms + g.step_min_ms);
+			/* The step before, its reply and a tool's result. */
+			assert_true(r->input_len >
+				    p->input_len + p->output_len);
+			assert_memory_equal(&a.hash[p->off], h,
+					    p->input_len / 16 * sizeof(*h));
+			if (r->turn >= 3)
+				deep++;
+			continue;
+		}
+		assert_int_equal(r->turn, 1);
+		assert_true(r->input_len > g.prompt_min);
+		/* One agent, one first block; its sessions share its system
+		 * prompt's blocks.
+		 */
+		for (k = 0; k < nagent; k++)
+			if (a.hash[agent[k]] == h[0])
+				break;
+		if (k < nagent) {
+			assert_memory_equal(&a.hash[agent[k]], h,
+					    sys_min_full * sizeof(*h));
+			shared++;
+		} else {
+			assert_true(nagent < g.agents);
+			agent[nagent++] = (int64_t)r->off;
+		}
+		/* A session's own blocks are no other session's. */
+		if (r->input_len / 16 > own_at) {
+			for (size_t j = 0; j < nown; j++)
+				assert_true(own[j] != h[own_at]);
+			if (nown < sizeof(own) / sizeof(*own))
+				own[nown++] = h[own_at];
+		}
+	}
+	/* 0.3 of the steps have another after them: about 0.3 of requests
+	 * are later steps.
+	 */
+	assert_true(later > a.nreq / 5 && later < a.nreq / 2);
+	assert_true(deep > 0);
+	assert_true(nagent > 20);
+	assert_true(shared > 1000); /* 1,400 sessions over 40 agents */
+	assert_true(nown > 100);
+	free(sorted);
+	/* The written trace replays identically. */
+	assert_int_equal(kvfs_trace_write(&a, path), 0);
+	kvfs_trace_init(&b, KVFS_TRACE_BAILIAN, 0);
+	assert_int_equal(kvfs_trace_load(&b, path), 0);
+	unlink(path);
+	assert_int_equal(b.bad_lines, 0);
+	assert_int_equal(b.nreq, a.nreq);
+	assert_int_equal(b.nhash, a.nhash);
+	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
+	for (size_t i = 0; i < a.nreq; i++) {
+		assert_int_equal(a.req[i].ts_ms, b.req[i].ts_ms);
+		assert_int_equal(a.req[i].input_len, b.req[i].input_len);
+		assert_int_equal(a.req[i].output_len, b.req[i].output_len);
+		assert_int_equal(a.req[i].chat_id, b.req[i].chat_id);
+		assert_int_equal(a.req[i].parent_chat_id,
+				 b.req[i].parent_chat_id);
+		assert_int_equal(a.req[i].turn, b.req[i].turn);
+	}
+	kvfs_trace_release(&a);
+	kvfs_trace_release(&b);
+	/* Another seed, another trace; the count is the one asked for. */
+	g.seed = 7;
+	g.requests = 777;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &a), 0);
+	assert_int_equal(a.nreq, 777);
+	kvfs_trace_release(&a);
+	g.next_step = 1.0;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &b), -EINVAL);
+	kvfs_trace_gen_defaults(&g);
+	g.agents = 0;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &b), -EINVAL);
+	kvfs_trace_gen_defaults(&g);
+	g.prompt_max = g.max_context;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &b), -EINVAL);
+	kvfs_trace_gen_defaults(&g);
+	g.task_median = 0;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &b), -EINVAL);
+}
+
 /* On the few-shot stream the offline optimum beats LRU clearly: the
  * unique question blocks are never reused.
  */
@@ -755,6 +912,7 @@ int main(void)
 		cmocka_unit_test(test_gen_docqa),
 		cmocka_unit_test(test_gen_fewshot_roundtrip),
 		cmocka_unit_test(test_gen_chat),
+		cmocka_unit_test(test_gen_agent),
 		cmocka_unit_test(test_fewshot_gap),
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_fleet_hand),
