@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Policy results for docs/policies.md: runs kvfs-sim on the Mooncake trace
 # and on the generated workloads of papers 002 and 000 (and, for issue 16,
-# the chat generator and the fleet mode), and prints the tables as
+# the chat and agent generators and the fleet mode), and prints the tables as
 # Markdown (figures only, nothing is asserted).
 #
 # Environment: BUILD (default build), TRACE (default
@@ -149,6 +149,8 @@ for set in "mooncake|$MOON|--policy belady" \
 	"fewshot seed 7|--gen fewshot --seed 7|--policy belady" \
 	"chat seed 42|--gen chat --seed 42|--policy belady" \
 	"chat seed 7|--gen chat --seed 7|--policy belady" \
+	"agent seed 42|--gen agent --seed 42|--policy belady" \
+	"agent seed 7|--gen agent --seed 7|--policy belady" \
 	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
 	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
 	${CONV:+"mooncake conversation|$CONV|--policy belady"} \
