@@ -384,14 +384,56 @@ static struct chat_sess heap_pop(struct chat_sess *h, size_t *n)
 /*
  * Block ids (chat and agent): a user's or an agent's system prompt blocks
  * are CHAT_SYS(u) + j, shared by all its sessions; block j of a session
- * beyond them is CHAT_CONV(c) + j,
- * the same in every later turn (the context only grows at its end); the
- * partial last block of a prompt is new each time, as a reply fills it.
+ * beyond them is CHAT_CONV(c) + j, the same in every later turn (the
+ * context only grows at its end); the partial last block of a prompt is
+ * new each time, as a reply fills it.
  */
 #define CHAT_SPAN (1ll << 20) /* ids per user or session */
 #define CHAT_SYS(u) ((int64_t)(u)*CHAT_SPAN)
 #define CHAT_CONV(c) ((int64_t)(1ll << 42) + (int64_t)(c)*CHAT_SPAN)
 #define CHAT_TAIL (1ll << 62)
+
+/* Add request @i of session @s to @t: @in tokens of prompt, the first
+ * @sys of them its user's (or agent's) system prompt, and @out of
+ * output.  @buf holds a prompt's ids; @tail is the next partial block's.
+ * Returns 0 or kvfs_trace_add()'s -errno.
+ */
+static int sess_add(struct kvfs_trace *t, const struct chat_sess *s, uint32_t i,
+		    uint32_t in, uint32_t sys, uint32_t out, int64_t *buf,
+		    int64_t *tail)
+{
+	struct kvfs_trace_req req = { .type = 0 };
+	uint32_t bt = t->block_tokens, nb = 0;
+
+	for (uint32_t j = 0; j < in / bt; j++)
+		buf[nb++] = j < sys / bt ? CHAT_SYS(s->user) + j :
+					   CHAT_CONV(s->conv) + j;
+	if (in % bt)
+		buf[nb++] = (*tail)++;
+	req.ts_ms = s->at;
+	req.input_len = in;
+	req.output_len = out;
+	req.chat_id = i;
+	req.parent_chat_id = s->parent;
+	req.turn = (uint16_t)(s->turn < 65535 ? s->turn : 65535);
+	return kvfs_trace_add(t, &req, buf, nb, "text");
+}
+
+/* Session @s, whose turn was request @i, goes on @after ms later with a
+ * prompt of @context tokens: onto the heap of @n turns due, in the order
+ * of @seq among turns due at the same time.
+ */
+static void sess_next(struct chat_sess *heap, size_t *n, struct chat_sess s,
+		      uint32_t i, uint32_t context, uint64_t after,
+		      uint64_t *seq)
+{
+	s.context = context;
+	s.turn++;
+	s.parent = i;
+	s.at += after;
+	s.seq = (*seq)++;
+	heap_push(heap, n, s);
+}
 
 int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 {
@@ -426,8 +468,7 @@ int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 	arrive = rng_exp(&r, g->session_ms);
 	for (uint32_t i = 0; i < n; i++) {
 		struct chat_sess s;
-		struct kvfs_trace_req req = { .type = 0 };
-		uint32_t msg, out, in, full, sys_full, nb = 0;
+		uint32_t msg, out, in;
 		double p;
 
 		/* The earliest of the next new session and the turns due. */
@@ -449,31 +490,14 @@ int kvfs_trace_gen_chat(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 		in = s.context + msg;
 		if (in > g->max_context)
 			in = g->max_context;
-		full = in / bt;
-		sys_full = sys_len[s.user] / bt;
-		for (uint32_t j = 0; j < full; j++)
-			buf[nb++] = j < sys_full ? CHAT_SYS(s.user) + j :
-						   CHAT_CONV(s.conv) + j;
-		if (in % bt)
-			buf[nb++] = tail++;
-		req.ts_ms = s.at;
-		req.input_len = in;
-		req.output_len = out;
-		req.chat_id = i;
-		req.parent_chat_id = s.parent;
-		req.turn = (uint16_t)(s.turn < 65535 ? s.turn : 65535);
-		ret = kvfs_trace_add(t, &req, buf, nb, "text");
+		ret = sess_add(t, &s, i, in, sys_len[s.user], out, buf, &tail);
 		if (ret)
 			goto out_free;
 		p = s.turn == 1 ? g->next_first : g->next_later;
 		if (rng_unit(&r) < p && s.turn < g->max_turns &&
 		    (uint64_t)in + out + 1 < g->max_context) {
-			s.context = in + out;
-			s.turn++;
-			s.parent = i;
-			s.at += (uint64_t)rng_exp(&r, g->think_ms) + 1;
-			s.seq = seq++;
-			heap_push(heap, &nheap, s);
+			sess_next(heap, &nheap, s, i, in + out,
+				  (uint64_t)rng_exp(&r, g->think_ms) + 1, &seq);
 		}
 	}
 	ret = 0;
@@ -534,8 +558,7 @@ int kvfs_trace_gen_agent(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 	arrive = rng_exp(&r, gap);
 	for (uint32_t i = 0; i < n; i++) {
 		struct chat_sess s;
-		struct kvfs_trace_req req = { .type = 0 };
-		uint32_t in, out, full, sys_full, nb = 0;
+		uint32_t in, out;
 		uint64_t next;
 
 		/* The earliest of the next new session and the steps due. */
@@ -558,20 +581,7 @@ int kvfs_trace_gen_agent(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 		}
 		in = s.context;
 		out = rng_lognormal(&r, g->reply_median, 0.7, g->max_context);
-		full = in / bt;
-		sys_full = sys_len[s.user] / bt;
-		for (uint32_t j = 0; j < full; j++)
-			buf[nb++] = j < sys_full ? CHAT_SYS(s.user) + j :
-						   CHAT_CONV(s.conv) + j;
-		if (in % bt)
-			buf[nb++] = tail++;
-		req.ts_ms = s.at;
-		req.input_len = in;
-		req.output_len = out;
-		req.chat_id = i;
-		req.parent_chat_id = s.parent;
-		req.turn = (uint16_t)(s.turn < 65535 ? s.turn : 65535);
-		ret = kvfs_trace_add(t, &req, buf, nb, "text");
+		ret = sess_add(t, &s, i, in, sys_len[s.user], out, buf, &tail);
 		if (ret)
 			goto out_free;
 		if (s.turn >= g->max_steps || rng_unit(&r) >= g->next_step)
@@ -580,12 +590,9 @@ int kvfs_trace_gen_agent(const struct kvfs_trace_gen *g, struct kvfs_trace *t)
 		       rng_lognormal(&r, g->tool_median, 1.0, g->max_context);
 		if (next > g->max_context)
 			continue;
-		s.context = (uint32_t)next;
-		s.turn++;
-		s.parent = i;
-		s.at += g->step_min_ms + (uint64_t)rng_exp(&r, g->step_ms);
-		s.seq = seq++;
-		heap_push(heap, &nheap, s);
+		sess_next(heap, &nheap, s, i, (uint32_t)next,
+			  g->step_min_ms + (uint64_t)rng_exp(&r, g->step_ms),
+			  &seq);
 	}
 	ret = 0;
 out_free:

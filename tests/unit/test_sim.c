@@ -539,6 +539,31 @@ static void test_fleet_shared_wins(void **state)
 	kvfs_sim_free(s);
 }
 
+/* @a written to @path (then removed) reads back the same, field by field. */
+static void assert_round_trip(const struct kvfs_trace *a, const char *path)
+{
+	struct kvfs_trace b;
+
+	assert_int_equal(kvfs_trace_write(a, path), 0);
+	kvfs_trace_init(&b, KVFS_TRACE_BAILIAN, 0);
+	assert_int_equal(kvfs_trace_load(&b, path), 0);
+	unlink(path);
+	assert_int_equal(b.bad_lines, 0);
+	assert_int_equal(b.nreq, a->nreq);
+	assert_int_equal(b.nhash, a->nhash);
+	assert_memory_equal(a->hash, b.hash, a->nhash * sizeof(*a->hash));
+	for (size_t i = 0; i < a->nreq; i++) {
+		assert_int_equal(a->req[i].ts_ms, b.req[i].ts_ms);
+		assert_int_equal(a->req[i].input_len, b.req[i].input_len);
+		assert_int_equal(a->req[i].output_len, b.req[i].output_len);
+		assert_int_equal(a->req[i].chat_id, b.req[i].chat_id);
+		assert_int_equal(a->req[i].parent_chat_id,
+				 b.req[i].parent_chat_id);
+		assert_int_equal(a->req[i].turn, b.req[i].turn);
+	}
+	kvfs_trace_release(&b);
+}
+
 static void test_gen_docqa(void **state)
 {
 	struct kvfs_trace_gen g;
@@ -605,19 +630,8 @@ static void test_gen_fewshot_roundtrip(void **state)
 		}
 	}
 	assert_true(nsub > 40);
-	assert_int_equal(kvfs_trace_write(&a, path), 0);
+	assert_round_trip(&a, path);
 	kvfs_trace_init(&b, KVFS_TRACE_BAILIAN, 0);
-	assert_int_equal(kvfs_trace_load(&b, path), 0);
-	unlink(path);
-	assert_int_equal(b.bad_lines, 0);
-	assert_int_equal(b.nreq, a.nreq);
-	assert_int_equal(b.nhash, a.nhash);
-	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
-	for (size_t i = 0; i < a.nreq; i++) {
-		assert_int_equal(a.req[i].ts_ms, b.req[i].ts_ms);
-		assert_int_equal(a.req[i].input_len, b.req[i].input_len);
-		assert_int_equal(a.req[i].turn, b.req[i].turn);
-	}
 	assert_int_equal(kvfs_trace_load(&b, "/nonexistent/kvfs/trace"),
 			 -ENOENT);
 	kvfs_trace_release(&a);
@@ -804,25 +818,8 @@ static void test_gen_agent(void **state)
 	assert_true(nown > 100);
 	free(sorted);
 	/* The written trace replays identically. */
-	assert_int_equal(kvfs_trace_write(&a, path), 0);
-	kvfs_trace_init(&b, KVFS_TRACE_BAILIAN, 0);
-	assert_int_equal(kvfs_trace_load(&b, path), 0);
-	unlink(path);
-	assert_int_equal(b.bad_lines, 0);
-	assert_int_equal(b.nreq, a.nreq);
-	assert_int_equal(b.nhash, a.nhash);
-	assert_memory_equal(a.hash, b.hash, a.nhash * sizeof(*a.hash));
-	for (size_t i = 0; i < a.nreq; i++) {
-		assert_int_equal(a.req[i].ts_ms, b.req[i].ts_ms);
-		assert_int_equal(a.req[i].input_len, b.req[i].input_len);
-		assert_int_equal(a.req[i].output_len, b.req[i].output_len);
-		assert_int_equal(a.req[i].chat_id, b.req[i].chat_id);
-		assert_int_equal(a.req[i].parent_chat_id,
-				 b.req[i].parent_chat_id);
-		assert_int_equal(a.req[i].turn, b.req[i].turn);
-	}
+	assert_round_trip(&a, path);
 	kvfs_trace_release(&a);
-	kvfs_trace_release(&b);
 	/* Another seed, another trace; the count is the one asked for. */
 	g.seed = 7;
 	g.requests = 777;
