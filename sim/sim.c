@@ -5,6 +5,7 @@
  * the daemon run the same policy code.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,6 +292,7 @@ struct run {
 	int below[KVFS_NTIERS];      /* next present tier down, -1 none */
 	struct kvfs_paccess a;
 	double kvb;                  /* KV bytes per token */
+	uint64_t capsum;             /* blocks in all tiers, for req_out */
 	uint32_t *stack;             /* orphan walk */
 };
 
@@ -509,6 +511,12 @@ static void sim_request(struct run *r, size_t i, struct kvfs_pnode **P)
 	r->st->ttft_s += ttft;
 	r->st->ttft_nocache_s +=
 		kvfs_sim_prefill_s(&r->c->model, 0, q->tokens);
+	if (r->c->req_out && r->st != &r->dummy)
+		fprintf(r->c->req_out,
+			"%s,%" PRIu64 ",%zu,%u,%u,%" PRIu64 ",%" PRIu64
+			",%.3f\n",
+			r->c->policy, r->capsum, i, n, h, (uint64_t)q->tokens,
+			hit_tok, ttft * 1e3);
 
 	if (h) {
 		r->a.hit = true;
@@ -591,6 +599,8 @@ int kvfs_sim_run(struct kvfs_sim *s, const struct kvfs_sim_conf *c,
 		x->next_use = UINT64_MAX;
 	}
 	r.kvb = kvfs_sim_kv_bytes(&c->model);
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		r.capsum += c->cap[t];
 	for (size_t i = 0; i < s->nreq; i++) {
 		r.st = i < c->warmup ? &r.dummy : st;
 		sim_request(&r, i, P);

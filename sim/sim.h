@@ -34,6 +34,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cache/policy.h"
 #include "sim/trace.h"
@@ -62,6 +63,12 @@ struct kvfs_sim_conf {
 	uint32_t promote_max;      /* moves per plan */
 	uint32_t warmup;           /* leading requests left out of stats */
 	struct kvfs_sim_model model;
+	/* A CSV line per counted request (kvfs_sim_run()), or NULL:
+	 * policy, capacity in blocks (all tiers), the request's index in
+	 * the trace, its blocks, its blocks hit (the cached prefix), its
+	 * tokens and tokens hit, and its modeled TTFT in ms.
+	 */
+	FILE *req_out;
 };
 
 struct kvfs_sim_stats {

@@ -23,7 +23,7 @@
 #define MAX_POINTS 64
 
 struct opts {
-	const char *trace, *gen, *gen_out, *sweep_out, *points;
+	const char *trace, *gen, *gen_out, *sweep_out, *points, *req_out;
 	int format;
 	uint32_t block_tokens;
 	const char *policy[MAX_POLICIES];
@@ -100,7 +100,10 @@ static void usage(FILE *f)
 "                        [fleet] sightings do (docs/remote.md); off unless\n"
 "                        given\n"
 "output:\n"
-"  --json                one JSON object per policy per line\n", f);
+"  --json                one JSON object per policy per line\n"
+"  --requests-out FILE   a CSV line per request of every run: policy,\n"
+"                        capacity_blocks, request, blocks, hit_blocks,\n"
+"                        tokens, hit_tokens, ttft_ms (not with --fleet)\n", f);
 }
 
 enum {
@@ -109,6 +112,7 @@ enum {
 	O_PMAX, O_WARMUP, O_SWEEP, O_SWEEPOUT, O_POINTS, O_FLOPS, O_PCIE,
 	O_SSDBW, O_NETBW, O_PARAMS, O_LAYERS, O_HIDDEN, O_KVH, O_HDIM, O_DTYPE,
 	O_JSON, O_HELP, O_FLEET, O_ROUTE, O_FLEETPCT, O_SIGHT, O_TABLES, O_TABLEPCT,
+	O_REQOUT,
 };
 
 static const struct option longopts[] = {
@@ -150,6 +154,7 @@ static const struct option longopts[] = {
 	{ "fleet-sight", required_argument, NULL, O_SIGHT },
 	{ "tables", no_argument, NULL, O_TABLES },
 	{ "table-pcts", required_argument, NULL, O_TABLEPCT },
+	{ "requests-out", required_argument, NULL, O_REQOUT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -306,6 +311,7 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		case O_DTYPE: rc = parse_u32(name, optarg, &m->dtype_bytes);
 			break;
 		case O_JSON: o->json = true; break;
+		case O_REQOUT: o->req_out = optarg; break;
 		case O_FLEET: rc = parse_u32("fleet", optarg, &o->fleet);
 			if (!rc && (!o->fleet || o->fleet > 1024)) {
 				kvfs_err("kvfs-sim: --fleet wants 1..1024");
@@ -840,6 +846,21 @@ int main(int argc, char **argv)
 	ret = parse_args(&o, argc, argv);
 	if (ret)
 		goto out_opts;
+	if (o.req_out) {
+		if (o.fleet) {
+			kvfs_err("kvfs-sim: --requests-out is not for --fleet");
+			ret = -EINVAL;
+			goto out_opts;
+		}
+		o.c.req_out = fopen(o.req_out, "w");
+		if (!o.c.req_out) {
+			ret = -errno;
+			kvfs_err("kvfs-sim: %s: %s", o.req_out, strerror(-ret));
+			goto out_opts;
+		}
+		fputs("policy,capacity_blocks,request,blocks,hit_blocks,"
+		      "tokens,hit_tokens,ttft_ms\n", o.c.req_out);
+	}
 	model_deep(&o);
 	if (o.gen) {
 		if (o.block_tokens)
@@ -943,6 +964,12 @@ out_trace:
 out_sim:
 	kvfs_sim_free(s);
 out_opts:
+	/* A short write (a full disk) fails the run, not only the file. */
+	if (o.c.req_out &&
+	    (ferror(o.c.req_out) | fclose(o.c.req_out)) && !ret) {
+		kvfs_err("kvfs-sim: %s: could not write it whole", o.req_out);
+		ret = -EIO;
+	}
 	for (unsigned i = 0; i < o.nopt; i++) {
 		free(o.opt_pol[i]);
 		free(o.opt_key[i]);

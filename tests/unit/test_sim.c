@@ -4,6 +4,7 @@
  * generators (sim/trace.c).  Self-contained: every trace is built here.
  */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -897,10 +898,64 @@ static void test_kvfs_beats_lru(void **state)
 	kvfs_trace_release(&t);
 }
 
+/* --requests-out: a line per counted request, with the hand-computed
+ * hits of test_hand_single's lru at capacity 4, its tokens, and TTFTs
+ * that add up to the run's; warm-up requests write no line.
+ */
+static void test_requests_out(void **state)
+{
+	struct kvfs_sim *s = load_small();
+	struct kvfs_sim_conf c = { .policy = "lru", .cap = { 4, 0, 0 } };
+	struct kvfs_sim_stats st;
+	static const unsigned hits[] = { 0, 2, 0, 2 };
+	char pol[16], line[256];
+	unsigned long long cap, req, blocks, hit, tok, hit_tok;
+	double ttft, sum = 0;
+	unsigned n = 0;
+
+	kvfs_sim_model_default(&c.model);
+	c.req_out = tmpfile();
+	assert_non_null(c.req_out);
+	assert_int_equal(kvfs_sim_run(s, &c, &st), 0);
+	rewind(c.req_out);
+	while (fgets(line, sizeof(line), c.req_out)) {
+		assert_int_equal(sscanf(line, "%15[^,],%llu,%llu,%llu,%llu,"
+					"%llu,%llu,%lf", pol, &cap, &req,
+					&blocks, &hit, &tok, &hit_tok, &ttft),
+				 8);
+		assert_string_equal(pol, "lru");
+		assert_int_equal(cap, 4);
+		assert_int_equal(req, n);
+		assert_int_equal(hit, hits[n]);
+		assert_int_equal(hit_tok, hit * 512);
+		assert_int_equal(tok, n == 2 ? 100 : n == 1 ? 1300 : 1536);
+		assert_true(ttft > 0);
+		sum += ttft;
+		n++;
+	}
+	assert_int_equal(n, 4);
+	assert_true(fabs(sum - st.ttft_s * 1e3) < 0.01);
+	fclose(c.req_out);
+
+	c.warmup = 1;
+	c.req_out = tmpfile();
+	assert_non_null(c.req_out);
+	assert_int_equal(kvfs_sim_run(s, &c, &st), 0);
+	rewind(c.req_out);
+	n = 0;
+	while (fgets(line, sizeof(line), c.req_out))
+		n++;
+	assert_int_equal(n, 3);
+	assert_int_equal(st.requests, 3);
+	fclose(c.req_out);
+	kvfs_sim_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hand_single),
+		cmocka_unit_test(test_requests_out),
 		cmocka_unit_test(test_hand_tiers),
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_json_reject),
