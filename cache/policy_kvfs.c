@@ -156,7 +156,8 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_REFILL (1ull << 10) /* refilled context held in probation */
 #define KV_REF (1ull << 11) /* referenced before: the stamp is set */
 #define KV_REF_SHIFT 12 /* the stamp: fills from nowhere at last reference */
-#define KV_REF_MASK ((1ull << 35) - 1)
+#define KV_REF_MASK ((1ull << 34) - 1)
+#define KV_FFIRST (1ull << 46) /* a first sight, not read again yet */
 #define KV_SFIRST (1ull << 47) /* a new session's block, not read again yet */
 /* What the history table keeps of a block let go: all but KV_REFILL. */
 #define KV_KEEP (((1ull << 48) - 1) & ~KV_REFILL)
@@ -168,6 +169,14 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
  */
 #define KV_GATE_NUM 4
 #define KV_GATE_DEN 3
+/* How long first sights stay: their returns counted by gap in bins of
+ * 1/KV_STAY_BINS of the capacity (the last bin: a capacity or more), and
+ * the residence chosen again every KV_STAY_EVERY fills, at most half the
+ * capacity.
+ */
+#define KV_STAY_BINS 64
+#define KV_STAY_EVERY 256
+#define KV_STAY_SMOOTH 16 /* the lead moves 1/16 of the way each time */
 
 /* The horizons (`window`) the shadows try; the first is the start. */
 static const uint32_t kv_cand[] = { 8, 16 };
@@ -197,6 +206,7 @@ enum kv_opt {
 	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as hits */
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
+	KO_STAY, /* first sights stay while their returns pay as main does */
 	KO_N
 };
 
@@ -222,6 +232,7 @@ static const struct kv_optdef {
 	[KO_SIGHT] = { "sight", 0, 2, 2 },
 	[KO_RECENT] = { "recent", 0, 1, 1 },
 	[KO_DEEP] = { "deep", 0, 1u << 30, KV_DEEP },
+	[KO_STAY] = { "stay", 0, 1, 1 },
 };
 
 struct kv_tier {
@@ -264,6 +275,15 @@ struct kv_priv {
 	 * those read again, and their count; decayed with the refill gate.
 	 */
 	uint64_t ses_sum, ses_n;
+	/* How long first sights stay in probation (`stay`, kv_stay()): the
+	 * returns of first sights by gap since their first sight, the first
+	 * sights, and the hits on main, decayed with the refill gate; the
+	 * capacity in blocks the gaps were binned by; and the blocks
+	 * probation keeps (0: it goes first whenever the tier is full).
+	 */
+	uint64_t st_ret[KV_STAY_BINS + 1], st_first, st_main;
+	uint64_t st_cap, st_keep;
+	double st_lead; /* the best return rate over main's, smoothed */
 	/* The blocks let go lately, as ARC keeps its ghosts (B1 and B2):
 	 * [0] those let go from the first-sight lists, [1] from main.
 	 */
@@ -324,6 +344,12 @@ static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
 		f->ses_sum += gap;
 		f->ses_n++;
 	}
+	if ((n->hist[1] & (KV_REF | KV_FFIRST)) == (KV_REF | KV_FFIRST) &&
+	    f->st_cap) {
+		uint64_t b = gap * KV_STAY_BINS / f->st_cap;
+
+		f->st_ret[b < KV_STAY_BINS ? b : KV_STAY_BINS]++;
+	}
 	n->hist[1] = (n->hist[1] & ((1ull << KV_REF_SHIFT) - 1)) | KV_REF |
 		     ((f->fills & KV_REF_MASK) << KV_REF_SHIFT);
 }
@@ -353,6 +379,10 @@ static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
 		f->gap_n >>= 1;
 		f->ses_sum >>= 1;
 		f->ses_n >>= 1;
+		for (int i = 0; i <= KV_STAY_BINS; i++)
+			f->st_ret[i] >>= 1;
+		f->st_first >>= 1;
+		f->st_main >>= 1;
 	}
 }
 
@@ -367,6 +397,58 @@ static uint64_t kv_reach(const struct kv_priv *f)
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		in_main += f->t[t].l[KV_MAIN].count;
 	return in_main * f->main_fills / f->main_in;
+}
+
+/* How many blocks probation keeps, so that first sights stay while
+ * keeping them pays as well as main does.  Probation goes first whenever
+ * the tier is full, so a first sight read again a few requests later (an
+ * agent's next step, a retry) is already gone unless probation keeps
+ * room.  Keeping first sights d fills longer costs d x (first sights per
+ * fill) blocks taken from main; it buys the returns that come within d
+ * of a first sight.  The residence is the longest d, in bins of
+ * 1/KV_STAY_BINS of the capacity and at most half of it, whose returns
+ * per block kept, counted from the first bin, beat main's hits per block
+ * in the same decayed period (docs/policies.md, "How long a first sight
+ * stays").  Called every KV_STAY_EVERY fills.
+ */
+static void kv_stay(struct kvfs_policy *p, struct kv_priv *f)
+{
+	uint64_t in_main = 0, ret = 0, best = 0;
+	double cost, main_rate, peak = 0;
+
+	f->st_cap = kv_blocks(p, f);
+	f->st_keep = 0;
+	if (!f->opt[KO_STAY] || !f->st_first || !f->main_fills)
+		return;
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		in_main += f->t[t].l[KV_MAIN].count;
+	/* Blocks one bin of residence costs, and main's hits per block. */
+	cost = (double)f->st_first * ((double)f->st_cap / KV_STAY_BINS) /
+	       (double)f->main_fills;
+	main_rate = (double)f->st_main / (double)(in_main ? in_main : 1);
+	if (cost <= 0)
+		return;
+	for (uint64_t k = 0; k < KV_STAY_BINS / 2; k++) {
+		double rate;
+
+		ret += f->st_ret[k];
+		if (ret < KV_GATE_MIN)
+			continue;
+		rate = (double)ret / (cost * (double)(k + 1));
+		if (rate > main_rate)
+			best = k + 1;
+		if (rate > peak)
+			peak = rate;
+	}
+	/* Smoothed, the best of those rates must lead main's by the refill
+	 * gate's margin, or a trace whose first sights seldom come back
+	 * soon keeps room on noise.
+	 */
+	f->st_lead += ((main_rate > 0 ? peak / main_rate : 0) - f->st_lead) /
+		      KV_STAY_SMOOTH;
+	if (KV_GATE_DEN * f->st_lead < KV_GATE_NUM)
+		best = 0;
+	f->st_keep = (uint64_t)((double)best * cost);
 }
 
 /* Whether a gate with @n samples has seen enough to decide: both its own
@@ -761,6 +843,12 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			}
 		}
 		kv_fill(p, f, cls == KV_MAIN);
+		if (cls != KV_MAIN && !seen) {
+			n->hist[1] |= KV_FFIRST;
+			f->st_first++;
+		}
+		if (!(f->fills % KV_STAY_EVERY))
+			kv_stay(p, f);
 		/* Below a turn is the same conversation. */
 		if (n->parent && (n->parent->hist[1] & KV_CONV))
 			n->hist[1] |= KV_CONV;
@@ -788,6 +876,11 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
  */
 static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
 {
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		if ((x->tiers & (1u << t)) && x->t[t].list == KV_MAIN) {
+			f->st_main++;
+			break;
+		}
 	for (int t = 0; t < KVFS_NTIERS; t++) {
 		struct kv_tier *q = &f->t[t];
 
@@ -900,8 +993,12 @@ static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
 	struct kv_priv *f = p->priv;
 	struct kv_tier *q = &f->t[tier];
 	uint64_t keep = p->capacity[tier] * f->opt[KO_PROB] / 1000;
+	uint64_t stay = f->st_keep * (f->ins ? f->insz / f->ins : 1);
 	struct kvfs_pnode *x;
 
+	if (stay > keep)
+		keep = stay < p->capacity[tier] / 2 ? stay :
+						     p->capacity[tier] / 2;
 	if (q->l[KV_TAIL].size + q->l[KV_PROB].size > keep ||
 	    !q->l[KV_MAIN].count) {
 		x = kv_scan(f, &q->l[KV_TAIL], tier, ok, arg);

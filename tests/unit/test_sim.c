@@ -898,6 +898,51 @@ static void test_kvfs_beats_lru(void **state)
 	kvfs_trace_release(&t);
 }
 
+/* An agent's next step comes back a few requests after its first: kvfs's
+ * first sights stay for it (`stay`) and the hits rise; a stream whose
+ * first sights never come back soon (few-shot questions) keeps no room,
+ * and stay=1 gives exactly stay=0's hits there.
+ */
+static void test_kvfs_stay(void **state)
+{
+	static const char *const keys[] = { "stay" };
+	static const char *const on[] = { "1" }, *const off[] = { "0" };
+	struct kvfs_trace_gen g;
+	struct kvfs_trace t;
+	struct kvfs_sim *s;
+	struct kvfs_sim_conf c = { .policy = "kvfs", .keys = keys,
+				   .nopts = 1 };
+	struct kvfs_sim_stats st_on, st_off;
+
+	kvfs_sim_model_default(&c.model);
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 1500;
+	assert_int_equal(kvfs_trace_gen_agent(&g, &t), 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	kvfs_trace_release(&t);
+	c.cap[0] = kvfs_sim_unique_blocks(s) / 50; /* 2% */
+	c.vals = on;
+	assert_int_equal(kvfs_sim_run(s, &c, &st_on), 0);
+	c.vals = off;
+	assert_int_equal(kvfs_sim_run(s, &c, &st_off), 0);
+	assert_true(st_on.hit_blocks > st_off.hit_blocks * 11 / 10);
+	assert_true(st_on.ttft_s < st_off.ttft_s);
+	kvfs_sim_free(s);
+
+	kvfs_trace_gen_defaults(&g);
+	g.requests = 3000;
+	assert_int_equal(kvfs_trace_gen_fewshot(&g, &t), 0);
+	assert_int_equal(kvfs_sim_new(&t, &s), 0);
+	kvfs_trace_release(&t);
+	c.cap[0] = kvfs_sim_unique_blocks(s) / 50;
+	c.vals = on;
+	assert_int_equal(kvfs_sim_run(s, &c, &st_on), 0);
+	c.vals = off;
+	assert_int_equal(kvfs_sim_run(s, &c, &st_off), 0);
+	assert_int_equal(st_on.hit_blocks, st_off.hit_blocks);
+	kvfs_sim_free(s);
+}
+
 /* --requests-out: a line per counted request, with the hand-computed
  * hits of test_hand_single's lru at capacity 4, its tokens, and TTFTs
  * that add up to the run's; warm-up requests write no line.
@@ -967,6 +1012,7 @@ int main(void)
 		cmocka_unit_test(test_gen_agent),
 		cmocka_unit_test(test_fewshot_gap),
 		cmocka_unit_test(test_kvfs_beats_lru),
+		cmocka_unit_test(test_kvfs_stay),
 		cmocka_unit_test(test_fleet_hand),
 		cmocka_unit_test(test_fleet_belady_host),
 		cmocka_unit_test(test_fleet_sight),
