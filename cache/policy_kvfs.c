@@ -104,6 +104,16 @@
  *    decayed hits lead by 5%.  With shadows on, the sketch is sized for
  *    32 capacities, so fewer first sights pass for second ones.
  *
+ *  - How long a first sight stays.  Probation goes first whenever the
+ *    tier is full, so a first sight read again a few requests later (an
+ *    agent's next step) would be gone.  The gates (policy_kvfs_gate.c)
+ *    count first sights' returns by their gap and keep room in
+ *    probation for the longest residence whose returns per block kept
+ *    beat main's hits per block (`stay`).  Where most of the blocks the
+ *    turn rule or the suffix rule classed come back within that
+ *    residence, the rule steps aside and its blocks enter probation
+ *    like any first sight (`aside`).
+ *
  * Options (for the ablation; the defaults are the one configuration used
  * for every trace and size): mini (1: shadows choose the horizon),
  * window (8; setting it fixes the horizon and turns the shadows off),
@@ -115,6 +125,8 @@
  * sight (2: other hosts' references, kvfs_policy_sight(), count in the
  * sketch and as hits on blocks held; 1 the sketch only),
  * recent (1: blocks let go lately, kept as ARC's ghosts, are seen),
+ * stay (1: probation keeps room while first sights' returns pay),
+ * aside (1: the turn and suffix rules step aside while it keeps theirs),
  * deep (30632 tokens, Llama-3-8B's P / (2Ld); kvfs-sim sets it from its
  * model; 0: off).
  * Deterministic: no randomness (the sample is a hash of the root's key);
@@ -130,86 +142,17 @@
 
 #include "cache/policy.h"
 #include "cache/policy_i.h"
+#include "cache/policy_kvfs_i.h"
 #include "meta/log.h"
 
-enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
-
-#define KV_WINDOW 8 /* sketch horizon, in capacities */
-#define KV_PROB_SHARE 0 /* per mille of a tier kept for probation */
-#define KV_SPAN 32 /* sketch sized for this horizon with shadows on */
-#define KV_MINI_MIN 512 /* smallest shadow, in blocks */
-#define KV_MINI_SHIFT 10 /* sample at most 1/1024 of the chains */
-#define KV_MINI_DECAY 4 /* a shadow's score loses 1/16 per epoch */
-#define KV_MINI_HYST 50 /* per mille a shadow must lead by to be adopted */
-#define KV_CONV_PASSES 1 /* most CLOCK passes of a conversation's block */
-/* Tokens of depth at which recomputing a token costs twice what it costs
- * at the root: P / (2 L d) for Llama-3-8B (P 8.03e9 parameters, L 32
- * layers, d 4,096), the simulator's default model.
- */
-#define KV_DEEP 30632
-#define KV_DEEP_MAX 3 /* most passes depth buys, as many as hits can */
-/* hist[1]: the new suffixes seen under a block (capped), and flags. */
-#define KV_FAN_MAX 255
-#define KV_FAN_MASK 0xffull
-#define KV_SHARED (1ull << 8) /* it or a descendant has had two suffixes */
-#define KV_CONV (1ull << 9) /* a conversation's block: a turn or below one */
-#define KV_REFILL (1ull << 10) /* refilled context held in probation */
-#define KV_REF (1ull << 11) /* referenced before: the stamp is set */
-#define KV_REF_SHIFT 12 /* the stamp: fills from nowhere at last reference */
-#define KV_REF_MASK ((1ull << 34) - 1)
-#define KV_FFIRST (1ull << 46) /* a first sight, not read again yet */
-#define KV_SFIRST (1ull << 47) /* a new session's block, not read again yet */
-/* What the history table keeps of a block let go: all but KV_REFILL. */
-#define KV_KEEP (((1ull << 48) - 1) & ~KV_REFILL)
-#define KV_HIST_SHIFT 2 /* history slots: 4 per sketch counter of a row */
-#define KV_GATE_MIN 64 /* samples the refill gate wants on each side */
-#define KV_GATE_DECAY 4 /* its sums halve every 4 capacities of fills */
-/* The refill gate holds refills only when the mean gap exceeds main's
- * reach by this factor (4/3).
- */
-#define KV_GATE_NUM 4
-#define KV_GATE_DEN 3
-/* How long first sights stay: their returns counted by gap in bins of
- * 1/KV_STAY_BINS of the capacity (the last bin: a capacity or more), and
- * the residence chosen again every KV_STAY_EVERY fills, at most half the
- * capacity.
- */
-#define KV_STAY_BINS 64
-#define KV_STAY_EVERY 256
-#define KV_STAY_SMOOTH 16 /* the lead moves 1/16 of the way each time */
-
 /* The horizons (`window`) the shadows try; the first is the start. */
-static const uint32_t kv_cand[] = { 8, 16 };
-#define KV_NCAND (sizeof(kv_cand) / sizeof(kv_cand[0]))
+static const uint32_t kv_cand[KV_NCAND] = { 8, 16 };
 
 /* The options, for the ablation: each a number from lo to hi, def when
  * not given (span's 0: derived in init).  One table serves parsing,
  * defaults and the shadows, which are handed every option so they run
  * the configuration the real policy runs.
  */
-enum kv_opt {
-	KO_MINI, /* 1: shadows choose the horizon */
-	KO_WINDOW, /* the horizon, in capacities; setting it fixes it */
-	KO_SPAN, /* the horizon the sketch's width is sized for; 0: derived */
-	KO_PROB, /* per mille of a tier kept for probation */
-	KO_GHOST, /* admission on second sight */
-	KO_TAIL, /* partial first-sight tails on the evicted-first list */
-	KO_SUFFIX, /* suffixes of shared prefixes on that list too */
-	KO_TURN, /* a conversation's next turn enters main */
-	KO_CONV, /* most CLOCK passes of a conversation's block */
-	KO_LEAF, /* victims only among leaves */
-	KO_LRU, /* main as an LRU instead of a CLOCK */
-	KO_CREDIT, /* CLOCK passes a returning block gets from its history */
-	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
-	KO_HIST, /* keep what is known of blocks let go (the history table) */
-	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
-	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as hits */
-	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
-	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
-	KO_STAY, /* first sights stay while their returns pay as main does */
-	KO_N
-};
-
 static const struct kv_optdef {
 	const char *key;
 	uint32_t lo, hi, def;
@@ -233,70 +176,7 @@ static const struct kv_optdef {
 	[KO_RECENT] = { "recent", 0, 1, 1 },
 	[KO_DEEP] = { "deep", 0, 1u << 30, KV_DEEP },
 	[KO_STAY] = { "stay", 0, 1, 1 },
-};
-
-struct kv_tier {
-	struct kvfs_plist l[4]; /* indexed by KV_*; [0] unused */
-};
-
-struct kv_priv {
-	struct kv_tier t[KVFS_NTIERS];
-	struct kvfs_pclock clock;
-	struct kvfs_psketch sk;
-	struct kvfs_phist hist; /* hist[1] of blocks let go, by key */
-	uint32_t maxtok; /* largest block seen, in tokens */
-	uint64_t ins, insz; /* fills from nowhere and their total size */
-	uint32_t opt[KO_N]; /* as set, then defaults (init) */
-	uint32_t opt_set; /* 1 << KO_*: given by the caller */
-	/* what init derives from opt[] */
-	uint32_t window; /* the horizon now (the shadows move it) */
-	uint32_t span; /* the sketch's width is sized for this horizon */
-	/* Miniature simulations: one shadow per candidate horizon. */
-	struct kvfs_pmini sh[KV_NCAND];
-	uint64_t score[KV_NCAND]; /* decayed hits, x 256 */
-	uint64_t mrefs, epoch; /* sampled references: since, between choices */
-	uint32_t cur; /* the candidate in use */
-	bool mini, mini_on, mini_fail; /* wanted; running; could not start */
-	/* The refill gate: a conversation's mean gap between references
-	 * against main's reach, both in fills from nowhere, decayed.
-	 */
-	uint64_t fills; /* fills from nowhere, ever */
-	uint64_t gap_sum, gap_n; /* conversations' references: gaps, count */
-	uint64_t main_in, main_fills; /* entries into main; fills */
-	/* The refills of the request in progress held in probation: the
-	 * deepest (NULL: none) and its request.  Its ancestors flagged
-	 * KV_REFILL are the rest; kv_forget() clears it before any of them
-	 * can be freed.
-	 */
-	struct kvfs_pnode *rf_last;
-	uint64_t rf_req;
-	/* The session gate: how long after their first sight the blocks of
-	 * new sessions under a shared prefix are read again, summed over
-	 * those read again, and their count; decayed with the refill gate.
-	 */
-	uint64_t ses_sum, ses_n;
-	/* How long first sights stay in probation (`stay`, kv_stay()): the
-	 * returns of first sights by gap since their first sight, the first
-	 * sights, and the hits on main, decayed with the refill gate; the
-	 * capacity in blocks the gaps were binned by; and the blocks
-	 * probation keeps (0: it goes first whenever the tier is full).
-	 */
-	uint64_t st_ret[KV_STAY_BINS + 1], st_first, st_main;
-	uint64_t st_cap, st_keep;
-	double st_lead; /* the best return rate over main's, smoothed */
-	/* The blocks let go lately, as ARC keeps its ghosts (B1 and B2):
-	 * [0] those let go from the first-sight lists, [1] from main.
-	 */
-	struct kvfs_pghost recent[2];
-	/* The fleet's sightings (kv_sight()), apart from the host's own in
-	 * sk so that hearing N - 1 other hosts does not halve sk N times as
-	 * often.  Each halves after the same number of its own additions
-	 * (sample, kv_horizon()), the load its width is sized for.
-	 * Allocated at the first sighting (c NULL before, or when that
-	 * failed: sightings are then only moves).
-	 */
-	struct kvfs_psketch fleet;
-	bool fleet_tried;
+	[KO_ASIDE] = { "aside", 0, 1, 1 },
 };
 
 static bool kv_dead(const struct kvfs_pnode *n)
@@ -314,13 +194,8 @@ static void kv_share(struct kvfs_pnode *q)
 		q->hist[1] |= KV_SHARED;
 }
 
-static bool kv_conv(const struct kvfs_pnode *n)
-{
-	return (n->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV;
-}
-
 /* The sightings of @key the policy remembers: its own and the fleet's. */
-static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
+static uint32_t kv_seen(const struct kvfs_pkvfs *f, const uint8_t key[16])
 {
 	uint32_t s = kvfs_psketch_get(&f->sk, key);
 
@@ -329,175 +204,8 @@ static uint32_t kv_seen(const struct kv_priv *f, const uint8_t key[16])
 	return s;
 }
 
-/* A reference to @n (a hit or a fill from nowhere): a conversation's
- * block adds its gap since its last one to the gate's mean.
- */
-static void kv_ref(struct kv_priv *f, struct kvfs_pnode *n)
-{
-	uint64_t gap = (f->fills - (n->hist[1] >> KV_REF_SHIFT)) & KV_REF_MASK;
-
-	if ((n->hist[1] & KV_REF) && kv_conv(n)) {
-		f->gap_sum += gap;
-		f->gap_n++;
-	}
-	if ((n->hist[1] & (KV_REF | KV_SFIRST)) == (KV_REF | KV_SFIRST)) {
-		f->ses_sum += gap;
-		f->ses_n++;
-	}
-	if ((n->hist[1] & (KV_REF | KV_FFIRST)) == (KV_REF | KV_FFIRST) &&
-	    f->st_cap) {
-		uint64_t b = gap * KV_STAY_BINS / f->st_cap;
-
-		f->st_ret[b < KV_STAY_BINS ? b : KV_STAY_BINS]++;
-	}
-	n->hist[1] = (n->hist[1] & ((1ull << KV_REF_SHIFT) - 1)) | KV_REF |
-		     ((f->fills & KV_REF_MASK) << KV_REF_SHIFT);
-}
-
-/* Capacity in blocks: the sum of the tiers' over the mean block size. */
-static uint64_t kv_blocks(const struct kvfs_policy *p, const struct kv_priv *f)
-{
-	uint64_t cap = 0, avg = f->ins ? f->insz / f->ins : 1;
-
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		cap += p->capacity[t];
-	return cap / (avg ? avg : 1);
-}
-
-/* A fill from nowhere, classed into main or not: the gate's counts, halved
- * every KV_GATE_DECAY capacities of fills so they follow the workload.
- */
-static void kv_fill(struct kvfs_policy *p, struct kv_priv *f, bool to_main)
-{
-	f->fills++;
-	f->main_fills++;
-	f->main_in += to_main;
-	if (f->main_fills > KV_GATE_DECAY * kv_blocks(p, f) + 1024) {
-		f->main_fills >>= 1;
-		f->main_in >>= 1;
-		f->gap_sum >>= 1;
-		f->gap_n >>= 1;
-		f->ses_sum >>= 1;
-		f->ses_n >>= 1;
-		for (int i = 0; i <= KV_STAY_BINS; i++)
-			f->st_ret[i] >>= 1;
-		f->st_first >>= 1;
-		f->st_main >>= 1;
-	}
-}
-
-/* Main's reach, in fills from nowhere: how long main keeps a block it
- * does not hit (blocks in main over entries into main per fill: Little's
- * law).  Callers make sure main_in is not 0.
- */
-static uint64_t kv_reach(const struct kv_priv *f)
-{
-	uint64_t in_main = 0;
-
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		in_main += f->t[t].l[KV_MAIN].count;
-	return in_main * f->main_fills / f->main_in;
-}
-
-/* How many blocks probation keeps, so that first sights stay while
- * keeping them pays as well as main does.  Probation goes first whenever
- * the tier is full, so a first sight read again a few requests later (an
- * agent's next step, a retry) is already gone unless probation keeps
- * room.  Keeping first sights d fills longer costs d x (first sights per
- * fill) blocks taken from main; it buys the returns that come within d
- * of a first sight.  The residence is the longest d, in bins of
- * 1/KV_STAY_BINS of the capacity and at most half of it, whose returns
- * per block kept, counted from the first bin, beat main's hits per block
- * in the same decayed period (docs/policies.md, "How long a first sight
- * stays").  Called every KV_STAY_EVERY fills.
- */
-static void kv_stay(struct kvfs_policy *p, struct kv_priv *f)
-{
-	uint64_t in_main = 0, ret = 0, best = 0;
-	double cost, main_rate, peak = 0;
-
-	f->st_cap = kv_blocks(p, f);
-	f->st_keep = 0;
-	if (!f->opt[KO_STAY] || !f->st_first || !f->main_fills)
-		return;
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		in_main += f->t[t].l[KV_MAIN].count;
-	/* Blocks one bin of residence costs, and main's hits per block. */
-	cost = (double)f->st_first * ((double)f->st_cap / KV_STAY_BINS) /
-	       (double)f->main_fills;
-	main_rate = (double)f->st_main / (double)(in_main ? in_main : 1);
-	if (cost <= 0)
-		return;
-	for (uint64_t k = 0; k < KV_STAY_BINS / 2; k++) {
-		double rate;
-
-		ret += f->st_ret[k];
-		if (ret < KV_GATE_MIN)
-			continue;
-		rate = (double)ret / (cost * (double)(k + 1));
-		if (rate > main_rate)
-			best = k + 1;
-		if (rate > peak)
-			peak = rate;
-	}
-	/* Smoothed, the best of those rates must lead main's by the refill
-	 * gate's margin, or a trace whose first sights seldom come back
-	 * soon keeps room on noise.
-	 */
-	f->st_lead += ((main_rate > 0 ? peak / main_rate : 0) - f->st_lead) /
-		      KV_STAY_SMOOTH;
-	if (KV_GATE_DEN * f->st_lead < KV_GATE_NUM)
-		best = 0;
-	f->st_keep = (uint64_t)((double)best * cost);
-}
-
-/* Whether a gate with @n samples has seen enough to decide: both its own
- * mean and main's reach want KV_GATE_MIN.
- */
-static bool kv_gate_ready(const struct kv_priv *f, uint64_t n)
-{
-	return n >= KV_GATE_MIN && f->main_in >= KV_GATE_MIN;
-}
-
-/* Whether a conversation's refilled context is held in probation.  When
- * a conversation's blocks come back later than main's reach on average,
- * refilling them into main displaces blocks main would have hit and buys
- * few hits of their own.  The gaps are skewed (many sessions return
- * soon, a few much later), so a mean just past the reach still has most
- * of them back within it: the gate holds only when the mean is a third
- * longer (on Mooncake's conversation trace at 5% it hovers at 0.98 of
- * the reach, and holding there lost 0.005 of hit ratio; docs/policies.md,
- * thirteenth round).
- */
-static bool kv_gate(const struct kv_priv *f)
-{
-	if (f->opt[KO_REFILL] != 1)
-		return f->opt[KO_REFILL] == 2;
-	if (!kv_gate_ready(f, f->gap_n))
-		return false;
-	return KV_GATE_DEN * (f->gap_sum / f->gap_n) >
-	       KV_GATE_NUM * kv_reach(f);
-}
-
-/* Whether the first blocks of a new session under a shared prefix (a
- * system prompt) enter main.  They are evicted first while, on average,
- * they are read again later than main's reach: at a small cache the next
- * turn comes too late for any list to keep them, and they would only
- * displace what main holds.  When they come back sooner, second-sight
- * admission would lose that first reuse, and main keeps them as a
- * conversation's blocks.
- */
-static bool kv_sess_gate(const struct kv_priv *f)
-{
-	if (f->opt[KO_SESS] != 1)
-		return f->opt[KO_SESS] == 2;
-	if (!kv_gate_ready(f, f->ses_n))
-		return false;
-	return f->ses_sum / f->ses_n < kv_reach(f);
-}
-
 /* Clear KV_REFILL from @q up the chain; the blocks stay where they are. */
-static void kv_refill_end(struct kv_priv *f, struct kvfs_pnode *q)
+static void kv_refill_end(struct kvfs_pkvfs *f, struct kvfs_pnode *q)
 {
 	for (; q && (q->hist[1] & KV_REFILL); q = q->parent)
 		q->hist[1] &= ~KV_REFILL;
@@ -507,7 +215,7 @@ static void kv_refill_end(struct kv_priv *f, struct kvfs_pnode *q)
 /* The held refills move to main: the request did not go on past them (a
  * question asked again, not a next turn), or they are a shared prefix.
  */
-static void kv_refill_promote(struct kv_priv *f)
+static void kv_refill_promote(struct kvfs_pkvfs *f)
 {
 	for (struct kvfs_pnode *x = f->rf_last; x && (x->hist[1] & KV_REFILL);
 	     x = x->parent) {
@@ -529,7 +237,7 @@ static void kv_refill_promote(struct kv_priv *f)
 }
 
 /* A new request: the last one's held refills were not extended. */
-static void kv_refill_flush(struct kv_priv *f, const struct kvfs_paccess *a)
+static void kv_refill_flush(struct kvfs_pkvfs *f, const struct kvfs_paccess *a)
 {
 	if (f->rf_last && a && a->request != f->rf_req)
 		kv_refill_promote(f);
@@ -543,7 +251,7 @@ static void kv_refill_flush(struct kv_priv *f, const struct kvfs_paccess *a)
  * which makes it a shared prefix (a document's next question): then they
  * go to main and the block is a one-off query.
  */
-static int kv_class_held(struct kv_priv *f, struct kvfs_pnode *n,
+static int kv_class_held(struct kvfs_pkvfs *f, struct kvfs_pnode *n,
 			 struct kvfs_pnode *q, bool known)
 {
 	if (known) {
@@ -567,7 +275,7 @@ static int kv_class_held(struct kv_priv *f, struct kvfs_pnode *n,
  * of a known prefix is counted in that parent's hist[1]; a conversation's
  * next turn is marked KV_CONV.
  */
-static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
+static int kv_class(struct kvfs_pkvfs *f, struct kvfs_pnode *n, uint32_t seen,
 		    int tier, bool known)
 {
 	struct kvfs_pnode *q = n->parent;
@@ -598,20 +306,21 @@ static int kv_class(struct kv_priv *f, struct kvfs_pnode *n, uint32_t seen,
 			q->hist[1]++;
 		if ((q->hist[1] & KV_FAN_MASK) > 1) {
 			kv_share(q);
-			return KV_TAIL;
+			n->hist[1] |= KV_CSUFX;
+			return f->as_prob[KV_AS_SUFFIX] ? KV_PROB : KV_TAIL;
 		}
 		if (f->opt[KO_TURN]) {
-			n->hist[1] |= KV_CONV;
-			return KV_MAIN;
+			n->hist[1] |= KV_CONV | KV_CTURN;
+			return f->as_prob[KV_AS_TURN] ? KV_PROB : KV_MAIN;
 		}
 	}
 	return KV_PROB;
 }
 
 /* Blocks the sketch should span: `window` x the capacity in blocks. */
-static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
+static void kv_horizon(struct kvfs_policy *p, struct kvfs_pkvfs *f)
 {
-	uint64_t cap = kv_blocks(p, f);
+	uint64_t cap = kvfs_pkvfs_blocks(p, f);
 
 	f->sk.sample = (uint64_t)f->window * (cap ? cap : 1);
 	f->fleet.sample = f->sk.sample;
@@ -620,7 +329,7 @@ static void kv_horizon(struct kvfs_policy *p, struct kv_priv *f)
 /* Start the shadows at the first fill, when a block's size is known:
  * the largest sampling rate that leaves each shadow KV_MINI_MIN blocks.
  */
-static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
+static void kv_mini_start(struct kvfs_policy *p, struct kvfs_pkvfs *f,
 			  const struct kvfs_pnode *n)
 {
 	/* The shadows run this policy as configured, but for the horizon:
@@ -649,7 +358,8 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
 		vals[o] = v[o];
 		snprintf(v[o], sizeof(v[o]), "%u",
 			 o == KO_MINI || o == KO_HIST || o == KO_SESS ||
-					 o == KO_RECENT ? 0 :
+					 o == KO_RECENT ?
+				 0 :
 			 o == KO_SPAN ? f->span :
 					f->opt[o]);
 	}
@@ -675,7 +385,7 @@ static void kv_mini_start(struct kvfs_policy *p, struct kv_priv *f,
  * and the real policy takes the horizon of a shadow that leads the one in
  * use by KV_MINI_HYST per mille.
  */
-static void kv_mini_ref(struct kvfs_policy *p, struct kv_priv *f,
+static void kv_mini_ref(struct kvfs_policy *p, struct kvfs_pkvfs *f,
 			struct kvfs_pnode *n, const struct kvfs_paccess *a)
 {
 	uint32_t best;
@@ -706,7 +416,7 @@ static void kv_mini_ref(struct kvfs_policy *p, struct kv_priv *f,
 }
 
 /* Whether @n was let go lately (it is forgotten there either way). */
-static bool kv_recent_take(struct kv_priv *f, const struct kvfs_pnode *n)
+static bool kv_recent_take(struct kvfs_pkvfs *f, const struct kvfs_pnode *n)
 {
 	bool b1, b2;
 
@@ -723,7 +433,7 @@ static bool kv_recent_take(struct kv_priv *f, const struct kvfs_pnode *n)
  * of all tiers): the first sights' at most c less T1, the whole at most
  * 2c less what the tiers hold.
  */
-static void kv_recent_put(struct kvfs_policy *p, struct kv_priv *f,
+static void kv_recent_put(struct kvfs_policy *p, struct kvfs_pkvfs *f,
 			  const struct kvfs_pnode *n, int cls)
 {
 	uint64_t c = 0, t1 = 0, t2 = 0, b1;
@@ -748,7 +458,8 @@ static void kv_recent_put(struct kvfs_policy *p, struct kv_priv *f,
  * session goes on, not that the block is popular, so it gets fewer than
  * a block many requests share.
  */
-static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
+static uint32_t kv_passes(const struct kvfs_pkvfs *f,
+			  const struct kvfs_pnode *x)
 {
 	if ((x->hist[1] & (KV_CONV | KV_SHARED)) == KV_CONV)
 		return f->opt[KO_CONV];
@@ -765,11 +476,11 @@ static uint32_t kv_passes(const struct kv_priv *f, const struct kvfs_pnode *x)
  * that has them).  Not a conversation's blocks: their one pass (`conv`)
  * says whether the session goes on, which a longer context does not.
  */
-static void kv_deep(const struct kv_priv *f, struct kvfs_pnode *n, int tier)
+static void kv_deep(const struct kvfs_pkvfs *f, struct kvfs_pnode *n, int tier)
 {
 	uint64_t x;
 
-	if (!f->opt[KO_DEEP] || kv_conv(n))
+	if (!f->opt[KO_DEEP] || kvfs_pkvfs_conv(n))
 		return;
 	x = (uint64_t)(n->depth + 1) * f->maxtok / f->opt[KO_DEEP];
 	if (x > KV_DEEP_MAX)
@@ -784,7 +495,7 @@ static void kv_deep(const struct kv_priv *f, struct kvfs_pnode *n, int tier)
 static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 		      const struct kvfs_paccess *a)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 	uint32_t credit = 0;
 	int cls;
 
@@ -816,8 +527,8 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			kv_horizon(p, f);
 		}
 		kvfs_psketch_add(&f->sk, n->key);
-		kv_ref(f, n);
-		if (seen && kv_conv(n) && kv_gate(f)) {
+		kvfs_pkvfs_ref(f, n);
+		if (seen && kvfs_pkvfs_conv(n) && kvfs_pkvfs_gate(f)) {
 			/* A conversation's context, refilled: held in
 			 * probation until the request shows whether it goes
 			 * on past it.
@@ -837,18 +548,18 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 			 * a shared prefix: a new session's, or a one-off query.
 			 */
 			n->hist[1] |= KV_SFIRST;
-			if (kv_sess_gate(f)) {
+			if (kvfs_pkvfs_sess_gate(f)) {
 				n->hist[1] |= KV_CONV;
 				cls = KV_MAIN;
 			}
 		}
-		kv_fill(p, f, cls == KV_MAIN);
+		kvfs_pkvfs_fill(p, f, cls == KV_MAIN);
 		if (cls != KV_MAIN && !seen) {
 			n->hist[1] |= KV_FFIRST;
 			f->st_first++;
 		}
 		if (!(f->fills % KV_STAY_EVERY))
-			kv_stay(p, f);
+			kvfs_pkvfs_stay(p, f);
 		/* Below a turn is the same conversation. */
 		if (n->parent && (n->parent->hist[1] & KV_CONV))
 			n->hist[1] |= KV_CONV;
@@ -874,7 +585,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
  * pass in main (or, with `lru`, main's tail at stamp @st); out of the
  * other lists into main.
  */
-static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
+static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
 {
 	for (int t = 0; t < KVFS_NTIERS; t++)
 		if ((x->tiers & (1u << t)) && x->t[t].list == KV_MAIN) {
@@ -882,7 +593,7 @@ static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
 			break;
 		}
 	for (int t = 0; t < KVFS_NTIERS; t++) {
-		struct kv_tier *q = &f->t[t];
+		struct kvfs_pkvfs_tier *q = &f->t[t];
 
 		if (!(x->tiers & (1u << t)))
 			continue;
@@ -903,7 +614,7 @@ static void kv_touch(struct kv_priv *f, struct kvfs_pnode *x, uint64_t st)
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 		      size_t n, const struct kvfs_paccess *a)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 	uint64_t st;
 
 	kv_refill_flush(f, a);
@@ -913,14 +624,14 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 	/* Deepest first: each lands at the tail of the newest segment. */
 	for (size_t i = n; i-- > 0;) {
 		kvfs_psketch_add(&f->sk, path[i]->key);
-		kv_ref(f, path[i]);
+		kvfs_pkvfs_ref(f, path[i]);
 		kv_touch(f, path[i], st);
 	}
 }
 
 static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 
 	kvfs_plist_unlink(&f->t[tier].l[n->t[tier].list], n, tier);
 	if (f->opt[KO_RECENT] && !n->tiers)
@@ -938,7 +649,7 @@ static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
  */
 static void kv_forget(struct kvfs_policy *p, struct kvfs_pnode *n)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 
 	if (n->hist[1] & KV_REFILL)
 		f->rf_last = NULL;
@@ -947,7 +658,7 @@ static void kv_forget(struct kvfs_policy *p, struct kvfs_pnode *n)
 	n->hist[1] = 0;
 }
 
-static struct kvfs_pnode *kv_scan(struct kv_priv *f, struct kvfs_plist *l,
+static struct kvfs_pnode *kv_scan(struct kvfs_pkvfs *f, struct kvfs_plist *l,
 				  int tier, kvfs_policy_ok_fn ok, void *arg)
 {
 	for (struct kvfs_pnode *x = l->head; x; x = x->t[tier].next) {
@@ -962,7 +673,7 @@ static struct kvfs_pnode *kv_scan(struct kv_priv *f, struct kvfs_plist *l,
 /* Main as a CLOCK: a block hit since the hand last passed is moved to
  * the tail with its count lowered; the first candidate with none goes.
  */
-static struct kvfs_pnode *kv_clock(struct kv_priv *f, struct kvfs_plist *l,
+static struct kvfs_pnode *kv_clock(struct kvfs_pkvfs *f, struct kvfs_plist *l,
 				   int tier, kvfs_policy_ok_fn ok, void *arg)
 {
 	uint64_t budget = 4 * l->count + 4;
@@ -990,15 +701,15 @@ static struct kvfs_pnode *kv_clock(struct kv_priv *f, struct kvfs_plist *l,
 static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
 				    kvfs_policy_ok_fn ok, void *arg)
 {
-	struct kv_priv *f = p->priv;
-	struct kv_tier *q = &f->t[tier];
+	struct kvfs_pkvfs *f = p->priv;
+	struct kvfs_pkvfs_tier *q = &f->t[tier];
 	uint64_t keep = p->capacity[tier] * f->opt[KO_PROB] / 1000;
 	uint64_t stay = f->st_keep * (f->ins ? f->insz / f->ins : 1);
 	struct kvfs_pnode *x;
 
 	if (stay > keep)
 		keep = stay < p->capacity[tier] / 2 ? stay :
-						     p->capacity[tier] / 2;
+						      p->capacity[tier] / 2;
 	if (q->l[KV_TAIL].size + q->l[KV_PROB].size > keep ||
 	    !q->l[KV_MAIN].count) {
 		x = kv_scan(f, &q->l[KV_TAIL], tier, ok, arg);
@@ -1021,7 +732,7 @@ static struct kvfs_pnode *kv_victim(struct kvfs_policy *p, int tier,
 static bool kv_admit(struct kvfs_policy *p, int from, int to,
 		     struct kvfs_pnode *n)
 {
-	const struct kv_priv *f = p->priv;
+	const struct kvfs_pkvfs *f = p->priv;
 
 	if (kv_dead(n))
 		return false;
@@ -1050,7 +761,7 @@ static bool kv_admit(struct kvfs_policy *p, int from, int to,
 static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 		     struct kvfs_pnode *n)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 
 	if (!f->opt[KO_SIGHT])
 		return;
@@ -1067,7 +778,7 @@ static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 
 static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 	unsigned long v;
 	char *end;
 	int o;
@@ -1093,7 +804,7 @@ static int kv_set(struct kvfs_policy *p, const char *key, const char *val)
 /* Options not set keep their defaults (set() runs first, on zeroes). */
 static int kv_init(struct kvfs_policy *p)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 	uint64_t cap = 0, w = 1024;
 
 	for (int o = 0; o < KO_N; o++)
@@ -1137,7 +848,7 @@ out_hist:
 
 static void kv_release(struct kvfs_policy *p)
 {
-	struct kv_priv *f = p->priv;
+	struct kvfs_pkvfs *f = p->priv;
 
 	kvfs_psketch_release(&f->sk);
 	kvfs_psketch_release(&f->fleet);
@@ -1152,7 +863,7 @@ static void kv_release(struct kvfs_policy *p)
 
 const struct kvfs_policy_ops kvfs_policy_kvfs_ops = {
 	.name = "kvfs",
-	.priv_size = sizeof(struct kv_priv),
+	.priv_size = sizeof(struct kvfs_pkvfs),
 	.set = kv_set,
 	.init = kv_init,
 	.release = kv_release,

@@ -943,6 +943,58 @@ static void test_kvfs_stay(void **state)
 	kvfs_sim_free(s);
 }
 
+/* `aside`: on the agent generator, where most next steps and tasks that
+ * come back at all come back seconds later, the turn and suffix rules
+ * step aside and probation keeps those blocks: more hits and a lower
+ * TTFT than with the rules always on.  On few-shot (a shared prefix's
+ * suffixes never come back) and on chat at 10% (next turns come back
+ * later than probation keeps them) the rules stay, and every hit is the
+ * same.
+ */
+static void test_kvfs_aside(void **state)
+{
+	static const char *const keys[] = { "aside" };
+	static const char *const on[] = { "1" }, *const off[] = { "0" };
+	static const struct {
+		int (*gen)(const struct kvfs_trace_gen *, struct kvfs_trace *);
+		uint32_t requests, per; /* capacity: unique blocks / per */
+		bool gains;
+	} run[] = {
+		{ kvfs_trace_gen_agent, 1500, 50, true },
+		{ kvfs_trace_gen_fewshot, 3000, 50, false },
+		{ kvfs_trace_gen_chat, 3000, 10, false },
+	};
+	struct kvfs_sim_conf c = { .policy = "kvfs", .keys = keys,
+				   .nopts = 1 };
+
+	kvfs_sim_model_default(&c.model);
+	for (size_t i = 0; i < sizeof(run) / sizeof(run[0]); i++) {
+		struct kvfs_sim_stats st_on, st_off;
+		struct kvfs_trace_gen g;
+		struct kvfs_trace t;
+		struct kvfs_sim *s;
+
+		kvfs_trace_gen_defaults(&g);
+		g.requests = run[i].requests;
+		assert_int_equal(run[i].gen(&g, &t), 0);
+		assert_int_equal(kvfs_sim_new(&t, &s), 0);
+		kvfs_trace_release(&t);
+		c.cap[0] = kvfs_sim_unique_blocks(s) / run[i].per;
+		c.vals = on;
+		assert_int_equal(kvfs_sim_run(s, &c, &st_on), 0);
+		c.vals = off;
+		assert_int_equal(kvfs_sim_run(s, &c, &st_off), 0);
+		if (run[i].gains) {
+			assert_true(st_on.hit_blocks >
+				    st_off.hit_blocks * 101 / 100);
+			assert_true(st_on.ttft_s < st_off.ttft_s);
+		} else {
+			assert_int_equal(st_on.hit_blocks, st_off.hit_blocks);
+		}
+		kvfs_sim_free(s);
+	}
+}
+
 /* --requests-out: a line per counted request, with the hand-computed
  * hits of test_hand_single's lru at capacity 4, its tokens, and TTFTs
  * that add up to the run's; warm-up requests write no line.
@@ -1013,6 +1065,7 @@ int main(void)
 		cmocka_unit_test(test_fewshot_gap),
 		cmocka_unit_test(test_kvfs_beats_lru),
 		cmocka_unit_test(test_kvfs_stay),
+		cmocka_unit_test(test_kvfs_aside),
 		cmocka_unit_test(test_fleet_hand),
 		cmocka_unit_test(test_fleet_belady_host),
 		cmocka_unit_test(test_fleet_sight),
