@@ -587,16 +587,14 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
  */
 static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
 {
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		if ((x->tiers & (1u << t)) && x->t[t].list == KV_MAIN) {
-			f->st_main++;
-			break;
-		}
+	bool in_main = false; /* a hit on main, for stay's comparison */
+
 	for (int t = 0; t < KVFS_NTIERS; t++) {
 		struct kvfs_pkvfs_tier *q = &f->t[t];
 
 		if (!(x->tiers & (1u << t)))
 			continue;
+		in_main |= x->t[t].list == KV_MAIN;
 		if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
 			if (x->t[t].idx < kv_passes(f, x))
 				x->t[t].idx++;
@@ -609,6 +607,7 @@ static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
 		kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
 		kv_deep(f, x, t);
 	}
+	f->st_main += in_main;
 }
 
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,

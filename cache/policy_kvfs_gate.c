@@ -6,8 +6,6 @@
  * reuse with main's reach or main's hits, so one configuration serves
  * every trace and size.
  */
-#include <stdio.h>
-
 #include "cache/policy_kvfs_i.h"
 
 /* The bin of st_ret and as_ret a first return @gap fills after the first

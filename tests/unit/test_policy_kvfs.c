@@ -555,6 +555,8 @@ static void test_options(void **state)
 	const char *k10[] = { "sess" }, *v10[] = { "3" };
 	const char *k11[] = { "sight" }, *v11[] = { "3" };
 	const char *k12[] = { "deep" }, *v12[] = { "1073741825" };
+	const char *k13[] = { "aside" }, *v13[] = { "2" };
+	const char *k14[] = { "stay", "aside" }, *v14[] = { "0", "1" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -576,6 +578,10 @@ static void test_options(void **state)
 			 -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k12, v12, 1, cap, &p),
 			 -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k13, v13, 1, cap, &p),
+			 -EINVAL);
+	assert_int_equal(kvfs_policy_new("kvfs", k14, v14, 2, cap, &p), 0);
+	kvfs_policy_free(p);
 }
 
 /* The history table gives a key's word back once, keeps the keys put
