@@ -153,6 +153,8 @@ for set in "mooncake|$MOON|--policy belady" \
 	"agent seed 7|--gen agent --seed 7|--policy belady" \
 	"fleet 4 hosts rr, mooncake|$MOON --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
 	"fleet 4 hosts rr, zipf-docqa seed 42|--gen zipf-docqa --seed 42 --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
+	"fleet 4 hosts rr, agent seed 42|--gen agent --seed 42 --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
+	"fleet 4 hosts rr, agent seed 7|--gen agent --seed 7 --fleet 4 --route rr --fleet-sight 1000|--policy belady" \
 	${CONV:+"mooncake conversation|$CONV|--policy belady"} \
 	${CONV:+"fleet 4 hosts rr, mooncake conversation|$CONV --fleet 4 --route rr --fleet-sight 1000|--policy belady"}; do
 	title=${set%%|*}
