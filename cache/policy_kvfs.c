@@ -88,10 +88,11 @@
  *    (kvfs_policy_sight()) is a sighting, in a sketch of the fleet's own
  *    (so that N - 1 hosts' keys do not shorten the host's memory of its
  *    own), so a block the fleet has seen enters main at its first fill
- *    here; and a block this host holds is referenced as by a hit of its
- *    own (out of probation into main, or one more CLOCK pass): demand on
- *    the fleet is demand a balancer will send here too (`sight`: 0
- *    ignored, 1 the sketch only).
+ *    here; and a block this host holds in main gets one more CLOCK pass:
+ *    demand on the fleet is demand a balancer will send here too.  A
+ *    block on its first sight here stays there: the session that read
+ *    it elsewhere goes on elsewhere (`sight`: 0 ignored, 1 the sketch
+ *    only, 3 moved into main as by a hit of this host's).
  *
  *  - The horizon chooses itself.  How long a first sight is remembered
  *    (`window`) is what traces disagree on: some reuse a block many
@@ -123,7 +124,8 @@
  * passes a returning block gets from its sketch count), refill (1),
  * hist (1; the shadows run with 0), sess (1; the shadows run with 0),
  * sight (2: other hosts' references, kvfs_policy_sight(), count in the
- * sketch and as hits on blocks held; 1 the sketch only),
+ * sketch and as passes for blocks held in main; 1 the sketch only; 3 as
+ * hits on every block held),
  * recent (1: blocks let go lately, kept as ARC's ghosts, are seen),
  * stay (1: probation keeps room while first sights' returns pay),
  * aside (1: the turn and suffix rules step aside while it keeps theirs),
@@ -172,7 +174,7 @@ static const struct kv_optdef {
 	[KO_REFILL] = { "refill", 0, 2, 1 },
 	[KO_HIST] = { "hist", 0, 1, 1 },
 	[KO_SESS] = { "sess", 0, 2, 1 },
-	[KO_SIGHT] = { "sight", 0, 2, 2 },
+	[KO_SIGHT] = { "sight", 0, 3, 2 },
 	[KO_RECENT] = { "recent", 0, 1, 1 },
 	[KO_DEEP] = { "deep", 0, 1u << 30, KV_DEEP },
 	[KO_STAY] = { "stay", 0, 1, 1 },
@@ -582,10 +584,13 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 }
 
 /* A reference to @x, resident: in each tier holding it, one more CLOCK
- * pass in main (or, with `lru`, main's tail at stamp @st); out of the
- * other lists into main.
+ * pass in main (or, with `lru`, main's tail at stamp @st).  @own: a hit
+ * of this host's, which also moves @x out of the other lists into main
+ * and counts for stay's comparison; else another host's sighting, which
+ * only gives a block already in main its pass.
  */
-static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
+static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st,
+		     bool own)
 {
 	bool in_main = false; /* a hit on main, for stay's comparison */
 
@@ -595,6 +600,8 @@ static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
 		if (!(x->tiers & (1u << t)))
 			continue;
 		in_main |= x->t[t].list == KV_MAIN;
+		if (!own && x->t[t].list != KV_MAIN)
+			continue;
 		if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
 			if (x->t[t].idx < kv_passes(f, x))
 				x->t[t].idx++;
@@ -607,7 +614,8 @@ static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st)
 		kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
 		kv_deep(f, x, t);
 	}
-	f->st_main += in_main;
+	if (own)
+		f->st_main += in_main;
 }
 
 static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
@@ -624,7 +632,7 @@ static void kv_access(struct kvfs_policy *p, struct kvfs_pnode *const *path,
 	for (size_t i = n; i-- > 0;) {
 		kvfs_psketch_add(&f->sk, path[i]->key);
 		kvfs_pkvfs_ref(f, path[i]);
-		kv_touch(f, path[i], st);
+		kv_touch(f, path[i], st, true);
 	}
 }
 
@@ -751,11 +759,16 @@ static bool kv_admit(struct kvfs_policy *p, int from, int to,
  * of a prefix's references (of four hosts), so its own sketch takes four
  * times as long to call a block a second sight; what the others saw
  * closes that gap (docs/policies.md, eighteenth round).  For a block held
- * here (@n) it is also a reference to its place, as the balancer sends
- * the fleet's demand here too (twenty-first round).  Neither the block's
- * stamp nor the gates' means move: those measure this host's own reuse.
- * The shadows are not told: they choose the horizon on the host's own
- * references.
+ * here (@n) in main it is also a reference to its place, one more CLOCK
+ * pass, as the balancer sends the fleet's demand here too (twenty-first
+ * round).  A block still on its first sight here stays there: another
+ * host's next step of a session is not this host's, and moving such
+ * blocks into main filled it with sessions that went on elsewhere (the
+ * agent generator over the fleet lost 1% and 2%; twenty-fifth round).
+ * `sight=3` moves them as a hit of this host's would.  Neither the
+ * block's stamp nor the gates' means move: those measure this host's
+ * own reuse.  The shadows are not told: they choose the horizon on the
+ * host's own references.
  */
 static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 		     struct kvfs_pnode *n)
@@ -772,7 +785,8 @@ static void kv_sight(struct kvfs_policy *p, const uint8_t key[16],
 	if (f->fleet.c)
 		kvfs_psketch_add(&f->fleet, key);
 	if (n && f->opt[KO_SIGHT] >= 2)
-		kv_touch(f, n, kvfs_pclock_stamp(&f->clock, NULL));
+		kv_touch(f, n, kvfs_pclock_stamp(&f->clock, NULL),
+			 f->opt[KO_SIGHT] == 3);
 }
 
 static int kv_set(struct kvfs_policy *p, const char *key, const char *val)

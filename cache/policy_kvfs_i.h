@@ -85,7 +85,8 @@ enum kvfs_pkvfs_opt {
 	KO_REFILL, /* refilled context: 0 to main, 1 gated, 2 always held */
 	KO_HIST, /* keep what is known of blocks let go (the history table) */
 	KO_SESS, /* new sessions: 0 evicted first, 1 gated, 2 always to main */
-	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as hits */
+	KO_SIGHT, /* the fleet's sightings: 1 in the sketch, 2 and as passes
+		   * in main, 3 and as hits */
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
 	KO_STAY, /* first sights stay while their returns pay as main does */

@@ -123,10 +123,10 @@ static void run_sight(const char *level)
 }
 
 /* A block this host holds on its first sight, referenced by another host:
- * with `sight=2` (the default) the fleet's reference moves it to main as
- * a hit here would, and the newer first sights go before it; with 1 the
- * sighting only feeds the sketch, and it is still the oldest first
- * sight.  A node no tier holds is not passed on as one.
+ * with `sight=3` the fleet's reference moves it to main as a hit here
+ * would, and the newer first sights go before it; with 2 (the default)
+ * and 1 it stays a first sight here, the oldest, and goes first.  A node
+ * no tier holds is not passed on as one.
  */
 static void run_sight_held(const char *level)
 {
@@ -141,7 +141,33 @@ static void run_sight_held(const char *level)
 	kvfs_policy_sight(p, n[0].key, &n[0]);
 	kvfs_policy_sight(p, gone.key, &gone);
 	assert_int_equal(gone.tiers, 0);
-	assert_ptr_equal(evict(p, GPU), strcmp(level, "2") ? &n[0] : &n[1]);
+	assert_ptr_equal(evict(p, GPU), strcmp(level, "3") ? &n[0] : &n[1]);
+	kvfs_policy_free(p);
+}
+
+/* A block this host holds in main, referenced by another host: with
+ * `sight=2` (the default) and 3 it gets one more CLOCK pass, as a hit
+ * here would, and the other block of main goes before it; with 1 and 0
+ * it is still the older of the two, and goes first.
+ */
+static void run_sight_main(const char *level)
+{
+	uint64_t cap[KVFS_NTIERS] = { 4, 0, 0 };
+	const char *k[] = { "sight" }, *v[] = { level };
+	struct kvfs_policy *p = NULL;
+	struct kvfs_pnode a, b;
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, 1, cap, &p), 0);
+	mknode(&a, 1, NULL, 16);
+	mknode(&b, 2, NULL, 16);
+	ins(p, GPU, &a, 1);
+	kvfs_policy_forget(p, &a);
+	ins(p, GPU, &a, 2); /* second sight: main */
+	ins(p, GPU, &b, 3);
+	kvfs_policy_forget(p, &b);
+	ins(p, GPU, &b, 4);
+	kvfs_policy_sight(p, a.key, &a);
+	assert_ptr_equal(evict(p, GPU), level[0] >= '2' ? &b : &a);
 	kvfs_policy_free(p);
 }
 
@@ -184,9 +210,14 @@ static void test_sight(void **state)
 	run_sight("2");
 	run_sight("1");
 	run_sight("0");
+	run_sight_held("3");
 	run_sight_held("2");
 	run_sight_held("1");
 	run_sight_held("0");
+	run_sight_main("3");
+	run_sight_main("2");
+	run_sight_main("1");
+	run_sight_main("0");
 	assert_int_equal(kvfs_policy_new("lru", NULL, NULL, 0, cap, &p), 0);
 	mknode(&a, 7, NULL, 16);
 	ins(p, GPU, &a, 1);
@@ -553,7 +584,7 @@ static void test_options(void **state)
 	const char *k8[] = { "conv" }, *v8[] = { "4" };
 	const char *k9[] = { "refill" }, *v9[] = { "3" };
 	const char *k10[] = { "sess" }, *v10[] = { "3" };
-	const char *k11[] = { "sight" }, *v11[] = { "3" };
+	const char *k11[] = { "sight" }, *v11[] = { "4" };
 	const char *k12[] = { "deep" }, *v12[] = { "1073741825" };
 	const char *k13[] = { "aside" }, *v13[] = { "2" };
 	const char *k14[] = { "stay", "aside" }, *v14[] = { "0", "1" };

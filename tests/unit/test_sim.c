@@ -400,15 +400,18 @@ static void test_fleet_belady_host(void **state)
  * (t = 2).  Told at once, host 0 takes A for a second sight: main, and
  * the first sights X and Y take turns in probation, so A is still there
  * at t = 8.  Unheard, A goes before Y comes and t = 8 misses.  Heard
- * 5 ms late (at t = 6, A in probation here), the word still finds A held
- * and moves it to main as a hit would; with `sight=1` (the sketch only)
- * that is too late.  Heard 7 ms late (at t = 8), A is gone by then.
+ * 5 ms late (at t = 6, A in probation here), the word finds A held but
+ * on its first sight here, and leaves it there (`sight=2`, the default;
+ * `sight=1`, the sketch only, too): too late.  With `sight=3` it moves A
+ * to main as a hit would, and t = 8 hits.  Heard 7 ms late (at t = 8),
+ * A is gone by then.
  */
 static void test_fleet_sight(void **state)
 {
 	static const uint32_t ids[] = { 9, 1, 1, 7, 2, 8, 3, 6, 1 };
 	static const char *const sketch_k[] = { "sight" };
 	static const char *const sketch_v[] = { "1" };
+	static const char *const hit_v[] = { "3" };
 	char lines[1024];
 	size_t len = 0;
 	struct kvfs_fleet_conf c = { .policy = "kvfs", .hosts = 2,
@@ -440,11 +443,15 @@ static void test_fleet_sight(void **state)
 	assert_int_equal(st.sightings, 8);
 	c.sight_ms = 5;
 	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
-	assert_int_equal(st.hit_blocks, 1);
+	assert_int_equal(st.hit_blocks, 0);
 	assert_int_equal(st.sightings, 4); /* those of t = 0 to 3 */
 	c.keys = sketch_k;
-	c.vals = sketch_v;
+	c.vals = hit_v;
 	c.nopts = 1;
+	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
+	assert_int_equal(st.hit_blocks, 1);
+	assert_int_equal(st.sightings, 4);
+	c.vals = sketch_v;
 	assert_int_equal(kvfs_sim_fleet_run(s, &c, &st), 0);
 	assert_int_equal(st.hit_blocks, 0);
 	assert_int_equal(st.sightings, 4);
