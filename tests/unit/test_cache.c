@@ -1005,6 +1005,23 @@ static int dram_list(struct fx *f, int i)
 	return list;
 }
 
+/* The CLOCK passes block @i has in the DRAM tier (kvfs's main). */
+static unsigned dram_passes(struct fx *f, int i)
+{
+	static uint8_t buf[16384];
+	char name[KVFS_FMT_NAME_LEN + 1];
+	struct kvfs_block *b;
+	unsigned idx;
+
+	make_block(f, i, buf, sizeof(buf), name);
+	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
+	pthread_mutex_lock(&f->c->policy_lock);
+	idx = b->pn.t[KVFS_TIER_DRAM].idx;
+	pthread_mutex_unlock(&f->c->policy_lock);
+	kvfs_cache_put(f->c, b);
+	return idx;
+}
+
 static void drain(struct fx *f)
 {
 	pthread_mutex_lock(&f->c->policy_lock);
@@ -1072,15 +1089,19 @@ static void test_fleet_sightings(void **state)
 }
 
 /*
- * A block A holds on its first sight, then referenced on B: B's word
- * reaches A's policy with A's copy of the block, which leaves the list of
- * first sights for the list a block seen before enters (B's copy, which
- * A's sighting had made a second sight there).  Block 5 is an orphan on
- * both (its parent, 4, was never written), so no prefix rule applies.
+ * Blocks held when another host references them.  B's word reaches A's
+ * policy with A's copy of the block: A holds it on its first sight, and
+ * it stays on the list of first sights (the session that read it on B
+ * goes on elsewhere; policy option sight=3 would move it).  B's copy,
+ * which A's sighting had made a second sight there, is in main: A's read
+ * of the block reaches B with it and gives it one more CLOCK pass, as a
+ * hit on B would.  Block 5 is an orphan on both (its parent, 4, was never
+ * written), so no prefix rule applies.
  */
 static void test_fleet_sighting_held(void **state)
 {
 	struct fx *f = *state, *a = &f[0], *b = &f[1];
+	unsigned passes;
 	int before, seen;
 
 	assert_int_equal(put_block(a, 5, NULL), 0);
@@ -1093,8 +1114,16 @@ static void test_fleet_sighting_held(void **state)
 	assert_int_equal(dram_list(a, 5), before);
 	assert_int_equal(kvfs_sight_flush(b->c->sight), 0);
 	assert_int_equal(stat_of(a, "fleet.sight.keys_in"), 1);
-	assert_int_equal(dram_list(a, 5), seen);
+	assert_int_equal(dram_list(a, 5), before);
+
+	passes = dram_passes(b, 5);
 	check_block(a, 5);
+	drain(a);
+	assert_int_equal(kvfs_sight_flush(a->c->sight), 0);
+	assert_int_equal(stat_of(b, "fleet.sight.keys_in"), 2);
+	assert_int_equal(dram_list(b, 5), seen);
+	assert_int_equal(dram_passes(b, 5), passes + 1);
+	check_block(b, 5);
 }
 
 int main(void)
