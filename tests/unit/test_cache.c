@@ -987,39 +987,36 @@ static int teardown_fleet(void **state)
 	return 0;
 }
 
-/* The policy list block @i entered DRAM on in @f's cache. */
-static int dram_list(struct fx *f, int i)
+/* Block @i's place in the DRAM tier's policy lists: its list (kvfs's
+ * first sights or main) and its CLOCK passes there.
+ */
+static struct kvfs_plink dram_link(struct fx *f, int i)
 {
 	static uint8_t buf[16384];
 	char name[KVFS_FMT_NAME_LEN + 1];
 	struct kvfs_block *b;
-	int list;
+	struct kvfs_plink l;
 
 	make_block(f, i, buf, sizeof(buf), name);
 	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
 	pthread_mutex_lock(&f->c->policy_lock);
 	assert_true(b->pn.tiers & KVFS_TIER_BIT_DRAM);
-	list = b->pn.t[KVFS_TIER_DRAM].list;
+	l = b->pn.t[KVFS_TIER_DRAM];
 	pthread_mutex_unlock(&f->c->policy_lock);
 	kvfs_cache_put(f->c, b);
-	return list;
+	return l;
+}
+
+/* The policy list block @i entered DRAM on in @f's cache. */
+static int dram_list(struct fx *f, int i)
+{
+	return dram_link(f, i).list;
 }
 
 /* The CLOCK passes block @i has in the DRAM tier (kvfs's main). */
 static unsigned dram_passes(struct fx *f, int i)
 {
-	static uint8_t buf[16384];
-	char name[KVFS_FMT_NAME_LEN + 1];
-	struct kvfs_block *b;
-	unsigned idx;
-
-	make_block(f, i, buf, sizeof(buf), name);
-	assert_int_equal(kvfs_cache_lookup(f->c, f->ns, name, &b), 0);
-	pthread_mutex_lock(&f->c->policy_lock);
-	idx = b->pn.t[KVFS_TIER_DRAM].idx;
-	pthread_mutex_unlock(&f->c->policy_lock);
-	kvfs_cache_put(f->c, b);
-	return idx;
+	return dram_link(f, i).idx;
 }
 
 static void drain(struct fx *f)
