@@ -79,17 +79,23 @@ void kvfs_pkvfs_fill(struct kvfs_policy *p, struct kvfs_pkvfs *f, bool to_main)
 	}
 }
 
+/* Blocks in main, over every tier. */
+static uint64_t kv_in_main(const struct kvfs_pkvfs *f)
+{
+	uint64_t n = 0;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		n += f->t[t].l[KV_MAIN].count;
+	return n;
+}
+
 /* Main's reach, in fills from nowhere: how long main keeps a block it
  * does not hit (blocks in main over entries into main per fill: Little's
  * law).  Callers make sure main_in is not 0.
  */
 static uint64_t kv_reach(const struct kvfs_pkvfs *f)
 {
-	uint64_t in_main = 0;
-
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		in_main += f->t[t].l[KV_MAIN].count;
-	return in_main * f->main_fills / f->main_in;
+	return kv_in_main(f) * f->main_fills / f->main_in;
 }
 
 /* How many blocks probation keeps, so that first sights stay while
@@ -106,14 +112,13 @@ static uint64_t kv_reach(const struct kvfs_pkvfs *f)
  */
 static uint64_t kv_stay(struct kvfs_pkvfs *f)
 {
-	uint64_t in_main = 0, ret = 0, best = 0;
+	uint64_t in_main, ret = 0, best = 0;
 	double cost, main_rate, peak = 0;
 
 	f->st_keep = 0;
 	if (!f->opt[KO_STAY] || !f->st_first || !f->main_fills)
 		return 0;
-	for (int t = 0; t < KVFS_NTIERS; t++)
-		in_main += f->t[t].l[KV_MAIN].count;
+	in_main = kv_in_main(f);
 	/* Blocks one bin of residence costs, and main's hits per block. */
 	cost = (double)f->st_first * ((double)f->st_cap / KV_STAY_BINS) /
 	       (double)f->main_fills;
