@@ -127,7 +127,9 @@
  * sketch and as passes for blocks held in main; 1 the sketch only; 3 as
  * hits on every block held),
  * recent (1: blocks let go lately, kept as ARC's ghosts, are seen),
- * stay (1: probation keeps room while first sights' returns pay),
+ * stay (2: probation keeps first sights while each bin of their
+ * residence pays its room; 1: while the returns from the first bin on
+ * do; 0: off),
  * aside (1: the turn and suffix rules step aside while it keeps theirs),
  * deep (30632 tokens, Llama-3-8B's P / (2Ld); kvfs-sim sets it from its
  * model; 0: off).
@@ -177,7 +179,7 @@ static const struct kv_optdef {
 	[KO_SIGHT] = { "sight", 0, 3, 2 },
 	[KO_RECENT] = { "recent", 0, 1, 1 },
 	[KO_DEEP] = { "deep", 0, 1u << 30, KV_DEEP },
-	[KO_STAY] = { "stay", 0, 1, 1 },
+	[KO_STAY] = { "stay", 0, 2, 2 },
 	[KO_ASIDE] = { "aside", 0, 1, 1 },
 };
 
@@ -302,17 +304,24 @@ static int kv_class(struct kvfs_pkvfs *f, struct kvfs_pnode *n, uint32_t seen,
 		 * gets is a conversation going on: its next turn, which will
 		 * come back through it, so it enters main.  From the second
 		 * on the parent is a shared prefix, and its suffixes are
-		 * one-off queries.
+		 * one-off queries.  Only a block never referenced before is
+		 * marked for aside's share: one the sketch forgot and the
+		 * history did not (an agent's prompt, refilled sessions
+		 * apart) comes back when its prefix does, not when the
+		 * rule's blocks do, and counted with them it pulled the
+		 * share down to the half where the rule flipped back and
+		 * forth.
 		 */
 		if ((q->hist[1] & KV_FAN_MASK) < KV_FAN_MAX)
 			q->hist[1]++;
 		if ((q->hist[1] & KV_FAN_MASK) > 1) {
 			kv_share(q);
-			n->hist[1] |= KV_CSUFX;
+			if (!known)
+				n->hist[1] |= KV_CSUFX;
 			return f->as_prob[KV_AS_SUFFIX] ? KV_PROB : KV_TAIL;
 		}
 		if (f->opt[KO_TURN]) {
-			n->hist[1] |= KV_CONV | KV_CTURN;
+			n->hist[1] |= KV_CONV | (known ? 0 : KV_CTURN);
 			return f->as_prob[KV_AS_TURN] ? KV_PROB : KV_MAIN;
 		}
 	}

@@ -102,13 +102,17 @@ static uint64_t kv_reach(const struct kvfs_pkvfs *f)
  * keeping them pays as well as main does.  Probation goes first whenever
  * the tier is full, so a first sight read again a few requests later (an
  * agent's next step, a retry) is already gone unless probation keeps
- * room.  Keeping first sights d fills longer costs d x (first sights per
- * fill) blocks taken from main; it buys the returns that come within d
- * of a first sight.  The residence is the longest d, in bins of
- * 1/KV_STAY_BINS of the capacity and at most half of it, whose returns
- * per block kept, counted from the first bin, beat main's hits per block
- * in the same decayed period (docs/policies.md, "How long a first sight
- * stays").  Returns that residence in bins (0: probation keeps none).
+ * room.  Keeping first sights one bin (1/KV_STAY_BINS of the capacity
+ * in fills) longer costs a bin x (first sights per fill) blocks taken
+ * from main; it buys the returns that come in that bin.  The residence
+ * is the longest d, in bins and at most half the capacity, whose last
+ * bin's returns per block kept beat main's hits per block in the same
+ * decayed period (`stay=2`): each bin must pay for the room it takes.
+ * `stay=1` (until 2026-11-28) asked it of the returns counted from the
+ * first bin, whose early returns paid for late bins that did not, and
+ * kept a sixth of the tier where a tenth pays better (docs/policies.md,
+ * "How long a first sight stays").  Returns that residence in bins (0:
+ * probation keeps none).
  */
 static uint64_t kv_stay(struct kvfs_pkvfs *f)
 {
@@ -132,7 +136,9 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
 		if (ret < KV_GATE_MIN)
 			continue;
 		rate = (double)ret / (cost * (double)(k + 1));
-		if (rate > main_rate)
+		if ((f->opt[KO_STAY] == 1 ? rate :
+					    (double)f->st_ret[k] / cost) >
+		    main_rate)
 			best = k + 1;
 		if (rate > peak)
 			peak = rate;
@@ -160,13 +166,18 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
  * keeps them for it: the turn rule then fills main with the 70% of next
  * steps that never come, and the suffix rule evicts a task before its
  * next step (docs/policies.md, "When the rules step aside").  The share
- * is smoothed as stay's lead is, and counts only once the histograms
- * have run a decay period: before that only short gaps can have been
- * seen, and every share looks high.
+ * is smoothed as stay's lead is, and counts only once KV_ASIDE_WARM
+ * capacities of fills have passed: the histograms' last bin holds returns
+ * a capacity or more after the first sight, so before one capacity no
+ * long gap can have been seen and every share looks high; after two, at
+ * least half of the first sights counted have had a capacity to come
+ * back in.  (Until 2026-11-28 it waited for a decay period, four
+ * capacities: a third of a one-hour trace at 10%, run with the rules as
+ * if probation kept nothing.)
  */
 static void kv_aside(struct kvfs_pkvfs *f, uint64_t best)
 {
-	bool warm = f->fills >= KV_GATE_DECAY * f->st_cap;
+	bool warm = f->fills >= KV_ASIDE_WARM * f->st_cap;
 
 	for (int r = 0; r < KV_AS_N; r++) {
 		uint64_t in = 0, all = 0;

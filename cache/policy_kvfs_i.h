@@ -42,8 +42,10 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_REF (1ull << 11) /* referenced before: the stamp is set */
 #define KV_REF_SHIFT 12 /* the stamp: fills from nowhere at last reference */
 #define KV_REF_MASK ((1ull << 32) - 1)
-#define KV_CTURN (1ull << 44) /* classed by the turn rule, not read again */
-#define KV_CSUFX (1ull << 45) /* classed by the suffix rule, not read again */
+/* Classed by the turn rule (the suffix rule), never referenced before
+ * (the history table does not know it), and not read again since. */
+#define KV_CTURN (1ull << 44)
+#define KV_CSUFX (1ull << 45)
 #define KV_FFIRST (1ull << 46) /* a first sight, not read again yet */
 #define KV_SFIRST (1ull << 47) /* a new session's block, not read again yet */
 /* What the history table keeps of a block let go: all but KV_REFILL. */
@@ -64,6 +66,7 @@ enum { KV_TAIL = 1, KV_PROB = 2, KV_MAIN = 3 };
 #define KV_STAY_BINS 64
 #define KV_STAY_EVERY 256
 #define KV_STAY_SMOOTH 16 /* the lead moves 1/16 of the way each time */
+#define KV_ASIDE_WARM 2 /* capacities of fills before aside's share counts */
 /* The rules whose blocks step aside into probation (`aside`): [KV_AS_TURN]
  * a conversation's next turn, [KV_AS_SUFFIX] a shared prefix's new suffix.
  */
@@ -89,7 +92,8 @@ enum kvfs_pkvfs_opt {
 		   * in main, 3 and as hits */
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
-	KO_STAY, /* first sights stay while their returns pay as main does */
+	KO_STAY, /* first sights stay while their returns pay as main does:
+		  * 2 each bin's, 1 those from the first bin on */
 	KO_ASIDE, /* the turn and suffix rules step aside while probation
 		   * keeps what they would */
 	KO_N

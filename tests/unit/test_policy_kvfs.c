@@ -588,6 +588,7 @@ static void test_options(void **state)
 	const char *k12[] = { "deep" }, *v12[] = { "1073741825" };
 	const char *k13[] = { "aside" }, *v13[] = { "2" };
 	const char *k14[] = { "stay", "aside" }, *v14[] = { "0", "1" };
+	const char *k15[] = { "stay" }, *v15[] = { "3" };
 	const char *k3[] = { "ghost", "tail", "leaf", "prob", "window" };
 	const char *v3[] = { "0", "0", "1", "100", "32" };
 	struct kvfs_policy *p = NULL;
@@ -612,6 +613,11 @@ static void test_options(void **state)
 	assert_int_equal(kvfs_policy_new("kvfs", k13, v13, 1, cap, &p),
 			 -EINVAL);
 	assert_int_equal(kvfs_policy_new("kvfs", k14, v14, 2, cap, &p), 0);
+	kvfs_policy_free(p);
+	assert_int_equal(kvfs_policy_new("kvfs", k15, v15, 1, cap, &p),
+			 -EINVAL);
+	v15[0] = "1";
+	assert_int_equal(kvfs_policy_new("kvfs", k15, v15, 1, cap, &p), 0);
 	kvfs_policy_free(p);
 }
 
