@@ -110,10 +110,11 @@ static uint64_t kv_reach(const struct kvfs_pkvfs *f)
  * decayed period (`stay=2`): each bin must pay for the room it takes.
  * `stay=1` (until 2026-11-28) asked it of the returns counted from the
  * first bin, whose early returns paid for late bins that did not: on the
- * agent generator at 5% it kept a sixth of the tier, whose last bins
- * returned a fifth of what main's blocks hit (docs/policies.md, "How long
- * a first sight stays").  Returns that residence in bins (0: probation
- * keeps none).
+ * agent generator at 5% it kept a sixth of the tier, whose last bin
+ * returned at most a sixth of what main's blocks hit, mostly under a
+ * twentieth, while the first returned 6 to 8 times as much
+ * (docs/policies.md, "How long a first sight stays").  Returns that
+ * residence in bins (0: probation keeps none).
  */
 static uint64_t kv_stay(struct kvfs_pkvfs *f)
 {
