@@ -132,15 +132,14 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
 	if (cost <= 0)
 		return 0;
 	for (uint64_t k = 0; k < KV_STAY_BINS / 2; k++) {
-		double rate;
+		double rate, pay;
 
 		ret += f->st_ret[k];
 		if (ret < KV_GATE_MIN)
 			continue;
 		rate = (double)ret / (cost * (double)(k + 1));
-		if ((f->opt[KO_STAY] == 1 ? rate :
-					    (double)f->st_ret[k] / cost) >
-		    main_rate)
+		pay = f->opt[KO_STAY] == 1 ? rate : (double)f->st_ret[k] / cost;
+		if (pay > main_rate)
 			best = k + 1;
 		if (rate > peak)
 			peak = rate;
