@@ -128,8 +128,8 @@
  * hits on every block held),
  * recent (1: blocks let go lately, kept as ARC's ghosts, are seen),
  * stay (2: probation keeps first sights while each bin of their
- * residence pays its room; 1: while the returns from the first bin on
- * do; 0: off),
+ * residence earns what main's blocks with no pass left do; 1: while the
+ * returns from the first bin on beat main's mean; 0: off),
  * aside (1: the turn and suffix rules step aside while it keeps theirs),
  * deep (30632 tokens, Llama-3-8B's P / (2Ld); kvfs-sim sets it from its
  * model; 0: off).
@@ -208,6 +208,22 @@ static uint32_t kv_seen(const struct kvfs_pkvfs *f, const uint8_t key[16])
 	return s;
 }
 
+/* Main's margin (st_idle): a block in main in @t with no pass left
+ * counts while it is so.  Every change of a block's count or list in a
+ * tier calls kv_idle_out() before it and kv_idle_in() after it.
+ */
+static void kv_idle_out(struct kvfs_pkvfs *f, const struct kvfs_pnode *x, int t)
+{
+	if (x->t[t].list == KV_MAIN && !x->t[t].idx)
+		f->st_idle--;
+}
+
+static void kv_idle_in(struct kvfs_pkvfs *f, const struct kvfs_pnode *x, int t)
+{
+	if (x->t[t].list == KV_MAIN && !x->t[t].idx)
+		f->st_idle++;
+}
+
 /* Clear KV_REFILL from @q up the chain; the blocks stay where they are. */
 static void kv_refill_end(struct kvfs_pkvfs *f, struct kvfs_pnode *q)
 {
@@ -233,6 +249,7 @@ static void kv_refill_promote(struct kvfs_pkvfs *f)
 			kvfs_plist_unlink(&f->t[t].l[KV_PROB], x, t);
 			x->t[t].list = KV_MAIN;
 			x->t[t].idx = 0;
+			kv_idle_in(f, x, t);
 			kvfs_plist_place(&f->t[t].l[KV_MAIN], x, t, st);
 			f->main_in++;
 		}
@@ -487,7 +504,7 @@ static uint32_t kv_passes(const struct kvfs_pkvfs *f,
  * that has them).  Not a conversation's blocks: their one pass (`conv`)
  * says whether the session goes on, which a longer context does not.
  */
-static void kv_deep(const struct kvfs_pkvfs *f, struct kvfs_pnode *n, int tier)
+static void kv_deep(struct kvfs_pkvfs *f, struct kvfs_pnode *n, int tier)
 {
 	uint64_t x;
 
@@ -499,8 +516,11 @@ static void kv_deep(const struct kvfs_pkvfs *f, struct kvfs_pnode *n, int tier)
 	for (struct kvfs_pnode *q = n;
 	     x && q && (q->tiers & (1u << tier)) &&
 	     q->t[tier].list == KV_MAIN && q->t[tier].idx < x;
-	     q = q->parent)
+	     q = q->parent) {
+		kv_idle_out(f, q, tier);
 		q->t[tier].idx = (uint32_t)x;
+		kv_idle_in(f, q, tier);
+	}
 }
 
 static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
@@ -586,6 +606,7 @@ static void kv_insert(struct kvfs_policy *p, int tier, struct kvfs_pnode *n,
 	}
 	n->t[tier].list = (uint8_t)cls;
 	n->t[tier].idx = cls == KV_MAIN ? credit : 0;
+	kv_idle_in(f, n, tier);
 	kvfs_plist_place(&f->t[tier].l[cls], n, tier,
 			 kvfs_pclock_stamp(&f->clock, a));
 	if (cls == KV_MAIN)
@@ -611,14 +632,19 @@ static void kv_touch(struct kvfs_pkvfs *f, struct kvfs_pnode *x, uint64_t st,
 		in_main |= x->t[t].list == KV_MAIN;
 		if (!own && x->t[t].list != KV_MAIN)
 			continue;
+		if (own && x->t[t].list == KV_MAIN && !x->t[t].idx)
+			f->st_idle_hits++;
+		kv_idle_out(f, x, t);
 		if (!f->opt[KO_LRU] && x->t[t].list == KV_MAIN) {
 			if (x->t[t].idx < kv_passes(f, x))
 				x->t[t].idx++;
+			kv_idle_in(f, x, t);
 			continue;
 		}
 		x->t[t].idx = 0;
 		kvfs_plist_unlink(&q->l[x->t[t].list], x, t);
 		x->t[t].list = KV_MAIN;
+		kv_idle_in(f, x, t);
 		f->main_in++;
 		kvfs_plist_place(&q->l[KV_MAIN], x, t, st);
 		kv_deep(f, x, t);
@@ -649,6 +675,7 @@ static void kv_remove(struct kvfs_policy *p, int tier, struct kvfs_pnode *n)
 {
 	struct kvfs_pkvfs *f = p->priv;
 
+	kv_idle_out(f, n, tier);
 	kvfs_plist_unlink(&f->t[tier].l[n->t[tier].list], n, tier);
 	if (f->opt[KO_RECENT] && !n->tiers)
 		kv_recent_put(p, f, n, n->t[tier].list);
@@ -699,6 +726,7 @@ static struct kvfs_pnode *kv_clock(struct kvfs_pkvfs *f, struct kvfs_plist *l,
 		nx = x->t[tier].next;
 		if (x->t[tier].idx && !kv_dead(x)) {
 			x->t[tier].idx--;
+			kv_idle_in(f, x, tier);
 			kvfs_plist_unlink(l, x, tier);
 			kvfs_plist_place(l, x, tier,
 					 kvfs_pclock_stamp(&f->clock, NULL));

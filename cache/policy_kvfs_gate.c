@@ -76,6 +76,7 @@ void kvfs_pkvfs_fill(struct kvfs_policy *p, struct kvfs_pkvfs *f, bool to_main)
 		}
 		f->st_first >>= 1;
 		f->st_main >>= 1;
+		f->st_idle_hits >>= 1;
 	}
 }
 
@@ -106,8 +107,11 @@ static uint64_t kv_reach(const struct kvfs_pkvfs *f)
  * in fills) longer costs a bin x (first sights per fill) blocks taken
  * from main; it buys the returns that come in that bin.  The residence
  * is the longest d, in bins and at most half the capacity, whose last
- * bin's returns per block kept beat main's hits per block in the same
- * decayed period (`stay=2`): each bin must pay for the room it takes.
+ * bin's returns per block kept beat what main's blocks at its margin
+ * earn in the same decayed period: hits on its blocks with no CLOCK pass
+ * left per such block, the blocks the room would come out of (`stay=2`;
+ * main's mean hits per block until 64 of each are counted).  Each bin
+ * must pay for the room it takes.
  * `stay=1` (until 2026-11-28) asked it of the returns counted from the
  * first bin, whose early returns paid for late bins that did not: on the
  * agent generator at 5% it kept a sixth of the tier, whose last bin
@@ -119,7 +123,7 @@ static uint64_t kv_reach(const struct kvfs_pkvfs *f)
 static uint64_t kv_stay(struct kvfs_pkvfs *f)
 {
 	uint64_t in_main, ret = 0, best = 0;
-	double cost, main_rate, peak = 0;
+	double cost, main_rate, bar, peak = 0;
 
 	f->st_keep = 0;
 	if (!f->opt[KO_STAY] || !f->st_first || !f->main_fills)
@@ -131,6 +135,14 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
 	main_rate = (double)f->st_main / (double)(in_main ? in_main : 1);
 	if (cost <= 0)
 		return 0;
+	/* What a block of main earns at its margin: its blocks with no pass
+	 * left are the next the hand takes, and the room a bin takes comes
+	 * out of them.
+	 */
+	bar = main_rate;
+	if (f->opt[KO_STAY] == 2 && f->st_idle >= KV_GATE_MIN &&
+	    f->st_idle_hits >= KV_GATE_MIN)
+		bar = (double)f->st_idle_hits / (double)f->st_idle;
 	for (uint64_t k = 0; k < KV_STAY_BINS / 2; k++) {
 		double rate, pay;
 
@@ -139,7 +151,7 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
 			continue;
 		rate = (double)ret / (cost * (double)(k + 1));
 		pay = f->opt[KO_STAY] == 1 ? rate : (double)f->st_ret[k] / cost;
-		if (pay > main_rate)
+		if (pay > (f->opt[KO_STAY] == 1 ? main_rate : bar))
 			best = k + 1;
 		if (rate > peak)
 			peak = rate;

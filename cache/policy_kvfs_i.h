@@ -93,7 +93,8 @@ enum kvfs_pkvfs_opt {
 	KO_RECENT, /* blocks let go lately, kept as ARC's ghosts, are seen */
 	KO_DEEP, /* tokens of depth that buy a block in main one more pass */
 	KO_STAY, /* first sights stay while their returns pay as main does:
-		  * 2 each bin's, 1 those from the first bin on */
+		  * 2 each bin's against main's margin, 1 those from the
+		  * first bin on against main's mean */
 	KO_ASIDE, /* the turn and suffix rules step aside while probation
 		   * keeps what they would */
 	KO_N
@@ -147,6 +148,12 @@ struct kvfs_pkvfs {
 	 * tier is full).
 	 */
 	uint64_t st_ret[KV_STAY_BINS + 1], st_first, st_main;
+	/* Main's margin (`stay=2`): main's blocks with no CLOCK pass left,
+	 * over every tier, the next the hand takes (kept at every change
+	 * of a count or of a list), and this host's hits on them, decayed
+	 * with st_main.
+	 */
+	uint64_t st_idle, st_idle_hits;
 	uint64_t st_cap, st_keep;
 	double st_lead; /* the best return rate over main's, smoothed */
 	/* Whether the turn and suffix rules step aside (`aside`,

@@ -21,6 +21,7 @@
 
 #include "cache/policy.h"
 #include "cache/policy_i.h"
+#include "cache/policy_kvfs_i.h"
 
 #define GPU KVFS_TIER_GPU
 #define DRAM KVFS_TIER_DRAM
@@ -1025,6 +1026,140 @@ static void test_mini_sample(void **state)
 	kvfs_pmini_release(&m);
 }
 
+/* The count of main's blocks with no pass left (stay's bar, `stay=2`)
+ * follows every change of a count or a list: after each call of a
+ * random run over two tiers (fills, hits, sightings, moves down,
+ * evictions, with main as a CLOCK, as an LRU, with no pass for a
+ * conversation's blocks, and with passes for depth) it equals a recount
+ * of the lists.
+ */
+#define IDLE_CHAINS 12
+#define IDLE_DEPTH 4
+
+struct idle_run {
+	struct kvfs_policy *p;
+	struct kvfs_pnode n[IDLE_CHAINS * IDLE_DEPTH];
+	uint64_t rng, req;
+	int chain; /* the chain the request in flight pins, or -1 */
+};
+
+static uint32_t idle_rand(struct idle_run *r)
+{
+	r->rng = r->rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)(r->rng >> 33);
+}
+
+static bool idle_ok(struct kvfs_pnode *n, void *arg)
+{
+	struct idle_run *r = arg;
+
+	return r->chain < 0 || (n - r->n) / IDLE_DEPTH != r->chain;
+}
+
+static void idle_check(struct idle_run *r)
+{
+	struct kvfs_pkvfs *f = r->p->priv;
+	uint64_t idle = 0;
+
+	for (int t = 0; t < KVFS_NTIERS; t++)
+		for (struct kvfs_pnode *x = f->t[t].l[KV_MAIN].head; x;
+		     x = x->t[t].next)
+			idle += !x->t[t].idx;
+	assert_int_equal(f->st_idle, idle);
+}
+
+/* Evict one block of @tier (moving it to DRAM when it leaves the GPU and
+ * DRAM takes it); false when none passes the filter.
+ */
+static bool idle_evict(struct idle_run *r, int tier)
+{
+	struct kvfs_pnode *v = kvfs_policy_victim(r->p, tier, idle_ok, r);
+
+	if (!v)
+		return false;
+	if (tier == GPU && kvfs_policy_admit(r->p, GPU, DRAM, v)) {
+		while (r->p->used[DRAM] + v->size > r->p->capacity[DRAM] &&
+		       idle_evict(r, DRAM))
+			;
+		if (r->p->used[DRAM] + v->size <= r->p->capacity[DRAM]) {
+			struct kvfs_paccess a = { .now = r->req,
+						  .request = r->req };
+
+			kvfs_policy_insert(r->p, DRAM, v, &a);
+			idle_check(r);
+		}
+	}
+	kvfs_policy_remove(r->p, tier, v);
+	if (!v->tiers)
+		kvfs_policy_forget(r->p, v);
+	idle_check(r);
+	return true;
+}
+
+static void idle_request(struct idle_run *r)
+{
+	struct kvfs_paccess a = { .now = ++r->req, .request = r->req };
+	struct kvfs_pnode *path[IDLE_DEPTH];
+	int c = (int)(idle_rand(r) % IDLE_CHAINS);
+	int d = (int)(idle_rand(r) % IDLE_DEPTH) + 1, hit = 0;
+	struct kvfs_pnode *n = &r->n[c * IDLE_DEPTH];
+
+	while (hit < d && n[hit].tiers)
+		path[hit] = &n[hit], hit++;
+	r->chain = c;
+	if (hit) {
+		kvfs_policy_access(r->p, path, (size_t)hit, &a);
+		idle_check(r);
+	}
+	for (int i = hit; i < d; i++) {
+		while (r->p->used[GPU] + n[i].size > r->p->capacity[GPU] &&
+		       idle_evict(r, GPU))
+			;
+		if (r->p->used[GPU] + n[i].size > r->p->capacity[GPU])
+			break;
+		kvfs_policy_insert(r->p, GPU, &n[i], &a);
+		idle_check(r);
+	}
+	r->chain = -1;
+}
+
+static void run_idle(const char *key, const char *val)
+{
+	uint64_t cap[KVFS_NTIERS] = { 12, 12, 0 };
+	const char *k[] = { key }, *v[] = { val };
+	struct idle_run r = { .rng = 42, .chain = -1 };
+
+	assert_int_equal(kvfs_policy_new("kvfs", k, v, key ? 1 : 0, cap, &r.p),
+			 0);
+	for (int i = 0; i < IDLE_CHAINS * IDLE_DEPTH; i++)
+		mknode(&r.n[i], (uint64_t)i + 1,
+		       i % IDLE_DEPTH ? &r.n[i - 1] : NULL,
+		       i % IDLE_DEPTH == IDLE_DEPTH - 1 ? 8 : 16);
+	for (int step = 0; step < 4000; step++) {
+		uint32_t op = idle_rand(&r) % 10;
+		struct kvfs_pnode *x =
+			&r.n[idle_rand(&r) % (IDLE_CHAINS * IDLE_DEPTH)];
+
+		if (op < 6) {
+			idle_request(&r);
+		} else if (op < 8) {
+			kvfs_policy_sight(r.p, x->key, x->tiers ? x : NULL);
+			idle_check(&r);
+		} else {
+			idle_evict(&r, op == 8 ? GPU : DRAM);
+		}
+	}
+	kvfs_policy_free(r.p);
+}
+
+static void test_idle_count(void **state)
+{
+	run_idle(NULL, NULL);
+	run_idle("lru", "1");
+	run_idle("conv", "0");
+	run_idle("deep", "16");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1049,6 +1184,7 @@ int main(void)
 		cmocka_unit_test(test_session),
 		cmocka_unit_test(test_mini_tree),
 		cmocka_unit_test(test_mini_sample),
+		cmocka_unit_test(test_idle_count),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
