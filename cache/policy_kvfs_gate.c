@@ -151,7 +151,7 @@ static uint64_t kv_stay(struct kvfs_pkvfs *f)
 			continue;
 		rate = (double)ret / (cost * (double)(k + 1));
 		pay = f->opt[KO_STAY] == 1 ? rate : (double)f->st_ret[k] / cost;
-		if (pay > (f->opt[KO_STAY] == 1 ? main_rate : bar))
+		if (pay > bar)
 			best = k + 1;
 		if (rate > peak)
 			peak = rate;
